@@ -1,0 +1,441 @@
+//! The ACP agent: handler registration and the prompt task.
+//!
+//! Handlers run inside the SDK's dispatch loop, so each one does only short synchronous work
+//! (through [`Sessions`]) and moves anything that waits (prompt delay, permission round trip, load
+//! delay) into a `cx.spawn`ed task. That keeps `session/cancel` and other sessions' requests
+//! flowing while a prompt is pending.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::schema::{
+    AgentCapabilities, CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock,
+    ContentChunk, Implementation, InitializeRequest, InitializeResponse, LoadSessionRequest,
+    LoadSessionResponse, NewSessionRequest, NewSessionResponse, PermissionOption,
+    PermissionOptionKind, PromptRequest, PromptResponse, RequestPermissionOutcome,
+    RequestPermissionRequest, ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities,
+    SessionCloseCapabilities, SessionId, SessionNotification, SessionResumeCapabilities,
+    SessionUpdate, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, StopReason,
+    TextContent, ToolCallUpdate, ToolCallUpdateFields, ToolKind, UsageUpdate,
+};
+use agent_client_protocol::v1::{ConnectionTo, Responder};
+use agent_client_protocol::{Agent, Client, Error, LineDirection, Stdio};
+
+use crate::cli::Args;
+use crate::error::AgentError;
+use crate::reply::{self, StopReasonName};
+use crate::sessions::{Sessions, TurnTicket};
+use crate::transcript::Transcript;
+use crate::wire::WireTap;
+
+/// The context window reported as `size` in `usage_update`; `used` counts user-text bytes, so any
+/// realistic test stays far below it.
+const CONTEXT_SIZE: u64 = 200_000;
+
+/// Prompt text that makes the agent ask the client for permission before replying.
+const PERMISSION_TRIGGER: &str = "!perm";
+
+/// The behaviour switches the handlers need, copied out of [`Args`] once.
+#[derive(Debug)]
+struct Settings {
+    /// Advertised as `agentCapabilities.loadSession` (load is served either way, so a client
+    /// that ignores the capability can be caught).
+    load_session: bool,
+    /// Advertise and serve `session/resume`.
+    session_resume: bool,
+    /// Advertise and serve `session/close`.
+    session_close: bool,
+    /// Stop reason of prompts without a `!stop:` token.
+    stop_reason: StopReasonName,
+    /// Wait before answering each prompt (cancellable).
+    prompt_delay: Duration,
+    /// Leave `session/cancel` without effect (it still shows in the wire log).
+    ignore_cancel: bool,
+    /// Wait between the load replay and the load response.
+    load_delay: Duration,
+    /// Answer every load with this error code instead.
+    load_error: Option<i32>,
+}
+
+impl From<&Args> for Settings {
+    fn from(args: &Args) -> Self {
+        Self {
+            load_session: !args.no_load_session,
+            session_resume: args.session_resume,
+            session_close: args.session_close,
+            stop_reason: args.stop_reason,
+            prompt_delay: Duration::from_millis(args.prompt_delay_ms),
+            ignore_cancel: args.ignore_cancel,
+            load_delay: Duration::from_millis(args.load_delay_ms),
+            load_error: args.load_error,
+        }
+    }
+}
+
+/// Serves ACP v1 on this process's stdin/stdout until stdin closes (or forever, with
+/// `--ignore-stdin-eof`).
+///
+/// # Errors
+///
+/// Invalid flags, an unusable state dir or wire log, or a failed connection.
+pub async fn run(args: Args) -> Result<(), AgentError> {
+    let models: Vec<String> = args
+        .models
+        .iter()
+        .map(|m| m.trim().to_owned())
+        .filter(|m| !m.is_empty())
+        .collect();
+    if models.is_empty() {
+        return Err(AgentError::NoModels);
+    }
+    let sessions_dir = Transcript::dir(&args.state_dir);
+    std::fs::create_dir_all(&sessions_dir).map_err(|source| AgentError::StateDir {
+        path: sessions_dir,
+        source,
+    })?;
+    let tap = WireTap::new(
+        args.wire_log.as_deref(),
+        args.exit_on_request,
+        args.exit_on_method.clone(),
+    )?;
+    let transport = Stdio::new().with_debug(move |line, direction| {
+        if direction == LineDirection::Stdin {
+            tap.on_received_line(line);
+        }
+    });
+    let settings = Arc::new(Settings::from(&args));
+    let sessions = Sessions::new(args.state_dir.clone(), models);
+    tracing::info!(pid = std::process::id(), state_dir = %args.state_dir.display(), "serving ACP on stdio");
+
+    serve(settings, sessions, transport).await?;
+
+    if args.ignore_stdin_eof {
+        tracing::info!("stdin closed; --ignore-stdin-eof: staying alive until killed");
+        std::future::pending::<()>().await;
+    }
+    tracing::info!("stdin closed; exiting");
+    Ok(())
+}
+
+/// Registers every handler and runs the connection until the client goes away.
+async fn serve(settings: Arc<Settings>, sessions: Sessions, transport: Stdio) -> Result<(), Error> {
+    let init_settings = Arc::clone(&settings);
+    let new_sessions = sessions.clone();
+    let config_sessions = sessions.clone();
+    let (prompt_settings, prompt_sessions) = (Arc::clone(&settings), sessions.clone());
+    let (cancel_settings, cancel_sessions) = (Arc::clone(&settings), sessions.clone());
+    let (load_settings, load_sessions) = (Arc::clone(&settings), sessions.clone());
+    let (resume_settings, resume_sessions) = (Arc::clone(&settings), sessions.clone());
+    let (close_settings, close_sessions) = (settings, sessions);
+
+    Agent
+        .v1()
+        .name("acp-test-agent")
+        .on_receive_request(
+            async move |_req: InitializeRequest, responder, _cx| {
+                responder.respond(initialize_response(&init_settings))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: NewSessionRequest, responder, _cx| {
+                let mcp_servers = serde_json::to_value(&req.mcp_servers)
+                    .unwrap_or_else(|_| serde_json::Value::Array(Vec::new()));
+                let meta = req.meta.map(serde_json::Value::Object);
+                match new_sessions.create(req.cwd, mcp_servers, meta) {
+                    Ok((id, options)) => {
+                        tracing::info!(session = %id, "session/new");
+                        responder.respond(NewSessionResponse::new(id).config_options(options))
+                    }
+                    Err(e) => responder.respond_with_error(e.into()),
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: SetSessionConfigOptionRequest, responder, _cx| {
+                match config_sessions.set_config(&req.session_id.0, &req.config_id.0, &req.value) {
+                    Ok(options) => responder.respond(SetSessionConfigOptionResponse::new(options)),
+                    Err(e) => responder.respond_with_error(e.into()),
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: PromptRequest, responder, cx: ConnectionTo<Client>| {
+                let user_text = prompt_text(&req.prompt);
+                let ticket = match prompt_sessions.begin_turn(&req.session_id.0, user_text.clone()) {
+                    Ok(ticket) => ticket,
+                    Err(e) => return responder.respond_with_error(e.into()),
+                };
+                let stop = reply::stop_override(&user_text).unwrap_or(prompt_settings.stop_reason);
+                let turn = PromptTurn {
+                    cx: cx.clone(),
+                    sessions: prompt_sessions.clone(),
+                    settings: Arc::clone(&prompt_settings),
+                    session_id: req.session_id,
+                    user_text,
+                    stop,
+                };
+                cx.spawn(turn.run(ticket, responder))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_notification(
+            async move |note: CancelNotification, _cx| {
+                if cancel_settings.ignore_cancel {
+                    tracing::info!(session = %note.session_id, "session/cancel ignored (--ignore-cancel)");
+                } else {
+                    let stopped = cancel_sessions.cancel(&note.session_id.0);
+                    tracing::info!(session = %note.session_id, stopped, "session/cancel");
+                }
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_request(
+            async move |req: LoadSessionRequest, responder, cx: ConnectionTo<Client>| {
+                if let Some(code) = load_settings.load_error {
+                    return responder.respond_with_error(
+                        Error::new(code, "injected session/load failure (--load-error)")
+                            .data(serde_json::json!({ "sessionId": req.session_id })),
+                    );
+                }
+                let transcript = match load_sessions.restore(&req.session_id.0) {
+                    Ok(transcript) => transcript,
+                    Err(e) => return responder.respond_with_error(e.into()),
+                };
+                // The replay must reach the client before the response: it is queued first on the
+                // same outgoing channel, even when the response itself is delayed below.
+                for turn in &transcript.turns {
+                    cx.send_notification(chunk(&req.session_id, Role::User, &turn.user))?;
+                    cx.send_notification(chunk(&req.session_id, Role::Agent, &turn.agent))?;
+                }
+                tracing::info!(session = %req.session_id, turns = transcript.turns.len(), "session/load replayed");
+                let response = LoadSessionResponse::new()
+                    .config_options(load_sessions.config_options(&transcript));
+                let delay = load_settings.load_delay;
+                if delay.is_zero() {
+                    responder.respond(response)
+                } else {
+                    cx.spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        responder.respond(response)
+                    })
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: ResumeSessionRequest, responder, _cx| {
+                if !resume_settings.session_resume {
+                    return responder.respond_with_error(method_not_found("session/resume"));
+                }
+                match resume_sessions.restore(&req.session_id.0) {
+                    Ok(transcript) => responder.respond(
+                        ResumeSessionResponse::new()
+                            .config_options(resume_sessions.config_options(&transcript)),
+                    ),
+                    Err(e) => responder.respond_with_error(e.into()),
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: CloseSessionRequest, responder, _cx| {
+                if !close_settings.session_close {
+                    return responder.respond_with_error(method_not_found("session/close"));
+                }
+                match close_sessions.close(&req.session_id.0) {
+                    Ok(()) => responder.respond(CloseSessionResponse::new()),
+                    Err(e) => responder.respond_with_error(e.into()),
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .connect_to(transport)
+        .await
+}
+
+/// The `initialize` answer: capabilities follow the flags so clients' capability checks can be
+/// tested both ways.
+fn initialize_response(settings: &Settings) -> InitializeResponse {
+    let mut session_capabilities = SessionCapabilities::new();
+    if settings.session_resume {
+        session_capabilities = session_capabilities.resume(SessionResumeCapabilities::new());
+    }
+    if settings.session_close {
+        session_capabilities = session_capabilities.close(SessionCloseCapabilities::new());
+    }
+    InitializeResponse::new(ProtocolVersion::V1)
+        .agent_capabilities(
+            AgentCapabilities::new()
+                .load_session(settings.load_session)
+                .session_capabilities(session_capabilities),
+        )
+        .agent_info(Implementation::new(
+            "acp-test-agent",
+            env!("CARGO_PKG_VERSION"),
+        ))
+}
+
+/// -32601 for a method that exists in the protocol but is switched off by a flag.
+fn method_not_found(method: &str) -> Error {
+    Error::method_not_found().data(serde_json::json!({ "method": method }))
+}
+
+/// The prompt's text blocks joined with `\n`; other block kinds carry no text to remember.
+fn prompt_text(blocks: &[ContentBlock]) -> String {
+    blocks
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text(text) => Some(text.text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Who a replayed or streamed message chunk belongs to.
+#[derive(Debug, Clone, Copy)]
+enum Role {
+    User,
+    Agent,
+}
+
+/// A `session/update` carrying one text chunk.
+fn chunk(session_id: &SessionId, role: Role, text: &str) -> SessionNotification {
+    let content = ContentChunk::new(ContentBlock::Text(TextContent::new(text)));
+    let update = match role {
+        Role::User => SessionUpdate::UserMessageChunk(content),
+        Role::Agent => SessionUpdate::AgentMessageChunk(content),
+    };
+    SessionNotification::new(session_id.clone(), update)
+}
+
+fn stop_reason(name: StopReasonName) -> StopReason {
+    match name {
+        StopReasonName::EndTurn => StopReason::EndTurn,
+        StopReasonName::MaxTokens => StopReason::MaxTokens,
+        StopReasonName::MaxTurnRequests => StopReason::MaxTurnRequests,
+        StopReasonName::Refusal => StopReason::Refusal,
+    }
+}
+
+/// Everything the spawned part of a prompt needs.
+struct PromptTurn {
+    /// To stream updates and ask for permission from outside the dispatch loop.
+    cx: ConnectionTo<Client>,
+    /// To record the reply (or the cancellation) before answering.
+    sessions: Sessions,
+    /// Delay and cancel behaviour.
+    settings: Arc<Settings>,
+    /// The session the prompt belongs to.
+    session_id: SessionId,
+    /// This turn's user text, also used to find the turn again when finishing it.
+    user_text: String,
+    /// The stop reason to answer with when not cancelled.
+    stop: StopReasonName,
+}
+
+impl PromptTurn {
+    /// Waits (delay, permission), then persists and streams the reply and answers the prompt; or
+    /// answers `cancelled` as soon as the session is cancelled during the wait.
+    async fn run(
+        self,
+        ticket: TurnTicket,
+        responder: Responder<PromptResponse>,
+    ) -> Result<(), Error> {
+        let TurnTicket {
+            seq,
+            index,
+            user_texts,
+            used_bytes,
+            cancelled,
+        } = ticket;
+        let work = async {
+            if !self.settings.prompt_delay.is_zero() {
+                tokio::time::sleep(self.settings.prompt_delay).await;
+            }
+            if self.user_text.contains(PERMISSION_TRIGGER) {
+                Some(self.ask_permission(index).await)
+            } else {
+                None
+            }
+        };
+        // A dropped trigger (never fired) must not count as a cancel: only an explicit signal does.
+        let cancel = async {
+            if cancelled.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let outcome = tokio::select! {
+            biased;
+            () = cancel => None,
+            permission = work => Some(permission),
+        };
+        let sid = &self.session_id.0;
+
+        let Some(permission) = outcome else {
+            tracing::info!(session = %sid, "prompt cancelled");
+            if let Err(e) =
+                self.sessions
+                    .finish_turn(sid, seq, index, &self.user_text, String::new())
+            {
+                return responder.respond_with_error(e.into());
+            }
+            return responder.respond(PromptResponse::new(StopReason::Cancelled));
+        };
+
+        let turns: Vec<&str> = user_texts.iter().map(String::as_str).collect();
+        let reply = reply::reply_text(&turns, permission.as_deref());
+        if let Err(e) = self
+            .sessions
+            .finish_turn(sid, seq, index, &self.user_text, reply.clone())
+        {
+            return responder.respond_with_error(e.into());
+        }
+        let (first, second) = reply::split_halves(&reply);
+        for part in [first, second] {
+            self.cx
+                .send_notification(chunk(&self.session_id, Role::Agent, part))?;
+        }
+        self.cx.send_notification(SessionNotification::new(
+            self.session_id.clone(),
+            SessionUpdate::UsageUpdate(UsageUpdate::new(used_bytes, CONTEXT_SIZE)),
+        ))?;
+        tracing::info!(session = %sid, turns = turns.len(), stop = %self.stop, "prompt answered");
+        responder.respond(PromptResponse::new(stop_reason(self.stop)))
+    }
+
+    /// Asks the client to allow or reject a fake tool call; returns the chosen option id,
+    /// `cancelled`, or `error` if the request failed.
+    async fn ask_permission(&self, index: usize) -> String {
+        let tool_call = ToolCallUpdate::new(
+            format!("perm-{index}"),
+            ToolCallUpdateFields::new()
+                .title("acp-test-agent permission check")
+                .kind(ToolKind::Other),
+        );
+        let options = vec![
+            PermissionOption::new("allow", "Allow once", PermissionOptionKind::AllowOnce),
+            PermissionOption::new("reject", "Reject once", PermissionOptionKind::RejectOnce),
+        ];
+        let request = RequestPermissionRequest::new(self.session_id.clone(), tool_call, options);
+        match self.cx.send_request(request).block_task().await {
+            Ok(response) => match response.outcome {
+                RequestPermissionOutcome::Selected(selected) => selected.option_id.to_string(),
+                RequestPermissionOutcome::Cancelled => "cancelled".to_owned(),
+                other => {
+                    tracing::warn!(?other, "unexpected permission outcome");
+                    "unknown".to_owned()
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "session/request_permission failed");
+                "error".to_owned()
+            }
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Command-line flags of the `acp-test-agent` binary.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::reply::StopReasonName;
+
+/// A deterministic ACP v1 agent on stdin/stdout, for tests and demos.
+///
+/// Every reply proves what the agent remembers (`turns=N digest=... nonces=...`), sessions are
+/// persisted under `--state-dir` so a restarted agent can `session/load` them, and the remaining
+/// flags inject faults (delays, errors, crashes) a client must survive.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "acp-test-agent", version, about, long_about = None)]
+pub struct Args {
+    /// Directory holding `sessions/<session-id>.json`; may be shared by several agent processes.
+    #[arg(long)]
+    pub state_dir: PathBuf,
+
+    /// Advertise `agentCapabilities.loadSession = false` (session/load still answers).
+    #[arg(long)]
+    pub no_load_session: bool,
+
+    /// Advertise and serve `session/resume` (otherwise it answers -32601).
+    #[arg(long)]
+    pub session_resume: bool,
+
+    /// Advertise and serve `session/close` (otherwise it answers -32601).
+    #[arg(long)]
+    pub session_close: bool,
+
+    /// Comma-separated values of the `model` config option; the first is the default.
+    #[arg(long, value_delimiter = ',', default_value = "test-small,test-large")]
+    pub models: Vec<String>,
+
+    /// Stop reason of every prompt (`!stop:<reason>` in a prompt overrides it for that prompt).
+    #[arg(long, default_value = "end_turn")]
+    pub stop_reason: StopReasonName,
+
+    /// Wait this long before answering each prompt; `session/cancel` interrupts the wait.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pub prompt_delay_ms: u64,
+
+    /// Record `session/cancel` in the wire log but otherwise ignore it.
+    #[arg(long)]
+    pub ignore_cancel: bool,
+
+    /// Wait this long before answering `session/load` (after the replay).
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pub load_delay_ms: u64,
+
+    /// Answer every `session/load` with this JSON-RPC error code, without replay.
+    #[arg(long, allow_negative_numbers = true, value_name = "CODE")]
+    pub load_error: Option<i32>,
+
+    /// Exit with status 3 upon receiving the Nth request (1-based), before answering it.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub exit_on_request: Option<u64>,
+
+    /// Count only requests of this method towards `--exit-on-request`.
+    #[arg(long, value_name = "METHOD", requires = "exit_on_request")]
+    pub exit_on_method: Option<String>,
+
+    /// After stdin closes, stay alive until killed instead of exiting (like some real agents).
+    #[arg(long)]
+    pub ignore_stdin_eof: bool,
+
+    /// Append every received JSON-RPC message to this file as one JSON object per line.
+    #[arg(long, value_name = "FILE")]
+    pub wire_log: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_all_flags() {
+        let args = Args::try_parse_from([
+            "acp-test-agent",
+            "--state-dir",
+            "/s",
+            "--models",
+            "a,b,c",
+            "--stop-reason",
+            "max_turn_requests",
+            "--load-error",
+            "-32000",
+            "--exit-on-method",
+            "session/prompt",
+            "--exit-on-request",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!(args.models, ["a", "b", "c"]);
+        assert_eq!(args.stop_reason, StopReasonName::MaxTurnRequests);
+        assert_eq!(args.load_error, Some(-32000));
+        assert_eq!(args.exit_on_request, Some(2));
+        assert!(Args::try_parse_from(["x", "--state-dir", "/s", "--exit-on-method", "m"]).is_err());
+        assert!(Args::try_parse_from(["x", "--state-dir", "/s", "--stop-reason", "nope"]).is_err());
+        assert!(Args::try_parse_from(["x"]).is_err());
+    }
+}

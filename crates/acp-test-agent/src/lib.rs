@@ -1,0 +1,38 @@
+//! `acp-test-agent`: a deterministic ACP v1 agent for tests and demos, plus the test harness
+//! other crates use to drive it.
+//!
+//! The binary serves ACP over its own stdin/stdout (see [`Args`] for the flags) with the real
+//! `agent-client-protocol` SDK, so clients under test talk to it exactly as they would to a real
+//! agent. What makes it useful in tests:
+//!
+//! - **Replies prove memory.** Each reply is
+//!   `turns=N digest=XXXXXXXX nonces=a-1234,b-5678 | echo: <last prose line>`, computed from every user
+//!   turn of the session ([`reply`]). After a restart and `session/load`, the numbers show whether
+//!   the history really came back.
+//! - **Sessions survive restarts.** Transcripts live in `<state-dir>/sessions/<id>.json`
+//!   ([`transcript`]), written atomically and shareable by a pool of agent processes.
+//! - **Faults on demand.** Prompt and load delays, injected load errors, ignored cancels, a crash
+//!   on the Nth request, and ignoring stdin EOF.
+//! - **A wire log.** `--wire-log` records every message the agent received; [`harness`] reads it
+//!   back and normalizes it for snapshots.
+//!
+//! Modules:
+//! - [`cli`]: the flags; [`run`]: serve until stdin closes.
+//! - [`reply`]: the pure reply computation.
+//! - [`transcript`]: the on-disk session format.
+//! - [`harness`]: wire-log reading and normalization, binary lookup for other crates' tests.
+
+pub mod cli;
+pub mod harness;
+pub mod reply;
+pub mod transcript;
+
+mod agent;
+mod error;
+mod sessions;
+mod wire;
+
+pub use agent::run;
+pub use cli::Args;
+pub use error::AgentError;
+pub use reply::StopReasonName;

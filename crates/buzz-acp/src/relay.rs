@@ -1,0 +1,754 @@
+//! The relay: where chat events come from and where replies go.
+//!
+//! Upstream talks to a Nostr relay over a websocket. This model embeds a
+//! **file relay** instead: a directory whose `events.jsonl` holds one
+//! NIP-01-shaped event per line and whose optional `channels.json` describes the
+//! channels (name, stream or DM). The harness reads `events.jsonl` both as its
+//! subscription (new lines) and as its history (context windows), and appends
+//! its own replies to it. The format is documented in `docs/RELAY.md`.
+//!
+//! Everything the event loop needs from a relay is behind the [`Relay`] trait,
+//! so a websocket relay can be added later without touching the loop.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::future::Future;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Kind of a channel (stream) message.
+pub const KIND_STREAM_MESSAGE: u32 = 9;
+/// Kind of an edit of an earlier message.
+pub const KIND_EDIT: u32 = 40003;
+
+/// Largest `events.jsonl` line the relay accepts (a hostile or broken writer
+/// cannot make the harness buffer without bound).
+pub const MAX_EVENT_LINE_BYTES: usize = 1024 * 1024;
+
+/// Errors of the relay layer.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// The relay directory is missing or not a directory.
+    #[error("relay directory {path} is not a readable directory")]
+    MissingDir {
+        /// The configured directory.
+        path: PathBuf,
+    },
+    /// An I/O failure on a relay file.
+    #[error("relay file {path}: {source}")]
+    Io {
+        /// The file involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// `channels.json` does not parse.
+    #[error("relay channel file {path} is malformed: {message}")]
+    BadChannels {
+        /// The file involved.
+        path: PathBuf,
+        /// What serde said.
+        message: String,
+    },
+}
+
+/// A channel id: a UUID in canonical lowercase form.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ChannelId(String);
+
+/// A string that is not a UUID was given as a channel id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid channel id {0:?}: expected a UUID like 0b8e2d4c-1f3a-4c5e-9d7b-2a6f8e1c3b5d")]
+pub struct InvalidChannelId(pub String);
+
+impl ChannelId {
+    /// Parses and lowercases a UUID-shaped channel id.
+    pub fn parse(raw: &str) -> Result<Self, InvalidChannelId> {
+        let lower = raw.trim().to_ascii_lowercase();
+        let groups: Vec<&str> = lower.split('-').collect();
+        let shape_ok = groups.len() == 5
+            && groups
+                .iter()
+                .zip([8usize, 4, 4, 4, 12])
+                .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()));
+        if shape_ok {
+            Ok(ChannelId(lower))
+        } else {
+            Err(InvalidChannelId(raw.to_string()))
+        }
+    }
+
+    /// The canonical string form.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ChannelId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for ChannelId {
+    type Error = InvalidChannelId;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        ChannelId::parse(&value)
+    }
+}
+
+impl From<ChannelId> for String {
+    fn from(value: ChannelId) -> Self {
+        value.0
+    }
+}
+
+/// Whether `s` is a 64-character hex event id (either case).
+pub fn is_event_id(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A NIP-01-shaped event as stored in `events.jsonl`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// 64 hex characters; for events the harness creates, the NIP-01 hash.
+    pub id: String,
+    /// Author public key, 64 hex characters.
+    pub pubkey: String,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// Event kind ([`KIND_STREAM_MESSAGE`], [`KIND_EDIT`], …).
+    pub kind: u32,
+    /// Tags: `h` channel, `e` thread markers, `p` mentions.
+    pub tags: Vec<Vec<String>>,
+    /// Message text.
+    pub content: String,
+}
+
+/// NIP-10 thread markers of an event.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ThreadRefs {
+    /// Id carried by the `root` marker.
+    pub root: Option<String>,
+    /// Id carried by the `reply` marker.
+    pub reply: Option<String>,
+}
+
+impl Event {
+    /// The channel named by the first `h` tag, if it is a valid channel id.
+    pub fn channel_id(&self) -> Option<ChannelId> {
+        self.tag_values("h")
+            .next()
+            .and_then(|v| ChannelId::parse(v).ok())
+    }
+
+    /// Whether a `p` tag mentions `pubkey`.
+    pub fn mentions(&self, pubkey: &str) -> bool {
+        self.tag_values("p").any(|p| p.eq_ignore_ascii_case(pubkey))
+    }
+
+    /// The NIP-10 root and reply markers. Markers whose id is not a 64-hex id
+    /// are ignored (a malformed marker must not redirect a conversation).
+    pub fn thread_refs(&self) -> ThreadRefs {
+        let mut refs = ThreadRefs::default();
+        for tag in &self.tags {
+            if tag.first().map(String::as_str) != Some("e") {
+                continue;
+            }
+            let (Some(id), Some(marker)) = (tag.get(1), tag.get(3)) else {
+                continue;
+            };
+            if !is_event_id(id) {
+                continue;
+            }
+            match marker.as_str() {
+                "root" if refs.root.is_none() => refs.root = Some(id.to_ascii_lowercase()),
+                "reply" if refs.reply.is_none() => refs.reply = Some(id.to_ascii_lowercase()),
+                _ => {}
+            }
+        }
+        refs
+    }
+
+    /// For an edit event: the id of the message it edits.
+    pub fn edit_target(&self) -> Option<&str> {
+        if self.kind != KIND_EDIT {
+            return None;
+        }
+        self.tags
+            .iter()
+            .find(|t| {
+                t.first().map(String::as_str) == Some("e")
+                    && t.get(3).map(String::as_str) == Some("edit")
+            })
+            .and_then(|t| t.get(1))
+            .map(String::as_str)
+            .filter(|id| is_event_id(id))
+    }
+
+    /// Values of every tag named `name` (second element).
+    pub fn tag_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.tags
+            .iter()
+            .filter(move |t| t.first().map(String::as_str) == Some(name))
+            .filter_map(|t| t.get(1).map(String::as_str))
+    }
+
+    /// Whether this event is a chat message the harness may answer.
+    pub fn is_message(&self) -> bool {
+        self.kind == KIND_STREAM_MESSAGE || self.kind == KIND_EDIT
+    }
+}
+
+/// NIP-01 event id: sha256 over `[0, pubkey, created_at, kind, tags, content]`.
+pub fn compute_event_id(
+    pubkey: &str,
+    created_at: u64,
+    kind: u32,
+    tags: &[Vec<String>],
+    content: &str,
+) -> String {
+    let canonical = serde_json::json!([0, pubkey, created_at, kind, tags, content]);
+    let digest = Sha256::digest(canonical.to_string().as_bytes());
+    hex::encode(digest)
+}
+
+/// Builds events with a correct NIP-01 id (used for replies, tests and demos).
+#[derive(Debug, Clone)]
+pub struct EventBuilder {
+    pubkey: String,
+    created_at: u64,
+    kind: u32,
+    tags: Vec<Vec<String>>,
+    content: String,
+}
+
+impl EventBuilder {
+    /// An event of `kind` in `channel`.
+    pub fn new(kind: u32, pubkey: &str, channel: &ChannelId, content: &str) -> Self {
+        EventBuilder {
+            pubkey: pubkey.to_ascii_lowercase(),
+            created_at: 0,
+            kind,
+            tags: vec![vec!["h".to_string(), channel.to_string()]],
+            content: content.to_string(),
+        }
+    }
+
+    /// A stream message in `channel`.
+    pub fn message(pubkey: &str, channel: &ChannelId, content: &str) -> Self {
+        Self::new(KIND_STREAM_MESSAGE, pubkey, channel, content)
+    }
+
+    /// Sets the creation time (unix seconds).
+    pub fn created_at(mut self, at: u64) -> Self {
+        self.created_at = at;
+        self
+    }
+
+    /// Adds NIP-10 root and reply markers.
+    pub fn thread(self, root: &str, parent: &str) -> Self {
+        self.tag(&["e", root, "", "root"])
+            .tag(&["e", parent, "", "reply"])
+    }
+
+    /// Mentions `pubkey`.
+    pub fn mention(self, pubkey: &str) -> Self {
+        self.tag(&["p", pubkey])
+    }
+
+    /// Adds a raw tag.
+    pub fn tag(mut self, tag: &[&str]) -> Self {
+        self.tags.push(tag.iter().map(|s| s.to_string()).collect());
+        self
+    }
+
+    /// Finishes the event, computing its id.
+    pub fn build(self) -> Event {
+        let id = compute_event_id(
+            &self.pubkey,
+            self.created_at,
+            self.kind,
+            &self.tags,
+            &self.content,
+        );
+        Event {
+            id,
+            pubkey: self.pubkey,
+            created_at: self.created_at,
+            kind: self.kind,
+            tags: self.tags,
+            content: self.content,
+        }
+    }
+}
+
+/// What the harness knows about a channel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelInfo {
+    /// Human name, e.g. `general`.
+    pub name: String,
+    /// Stream or DM.
+    pub kind: ChannelKind,
+}
+
+/// Stream channels may split sessions per thread; DMs never do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChannelKind {
+    /// A shared channel.
+    Stream,
+    /// A direct-message channel.
+    Dm,
+}
+
+impl ChannelInfo {
+    /// What an unresolved channel is treated as: a DM, failing closed (no
+    /// thread split, conversation scope), as upstream does.
+    pub fn unresolved() -> Self {
+        ChannelInfo {
+            name: String::new(),
+            kind: ChannelKind::Dm,
+        }
+    }
+
+    /// Whether the channel is a DM.
+    pub fn is_dm(&self) -> bool {
+        self.kind == ChannelKind::Dm
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChannelsFile {
+    channels: HashMap<ChannelId, ChannelInfo>,
+}
+
+/// One line read from the relay: where it sits and what it held.
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    /// Byte offset of the line's first byte.
+    pub offset: u64,
+    /// Byte offset just past the line's newline.
+    pub end: u64,
+    /// The parsed event, or why the line was rejected.
+    pub event: Result<Event, String>,
+}
+
+/// The relay operations the event loop needs.
+pub trait Relay: Send {
+    /// Reads events that arrived since the last poll (the subscription).
+    fn poll(&mut self) -> impl Future<Output = Result<Vec<Incoming>, RelayError>> + Send;
+    /// Publishes an event authored by the harness.
+    fn publish(&mut self, event: &Event) -> impl Future<Output = Result<(), RelayError>> + Send;
+    /// Every known event of a channel, oldest first (the history for context).
+    fn history(&self, channel: &ChannelId) -> Vec<&Event>;
+    /// Looks up one event by id.
+    fn find(&self, id: &str) -> Option<&Event>;
+    /// Channel metadata; [`ChannelInfo::unresolved`] when unknown.
+    fn channel_info(&self, channel: &ChannelId) -> ChannelInfo;
+    /// A stable identity of this relay (durable state is scoped by it).
+    fn identity(&self) -> &str;
+}
+
+/// The embedded file relay.
+#[derive(Debug)]
+pub struct FileRelay {
+    dir: PathBuf,
+    identity: String,
+    events_path: PathBuf,
+    channels_path: PathBuf,
+    read_offset: u64,
+    events: Vec<Event>,
+    by_id: HashMap<String, usize>,
+    by_channel: HashMap<ChannelId, Vec<usize>>,
+    channels: HashMap<ChannelId, ChannelInfo>,
+    channels_mtime: Option<std::time::SystemTime>,
+}
+
+impl FileRelay {
+    /// Opens a relay directory. Nothing is read until the first [`Relay::poll`].
+    pub fn open(dir: &Path) -> Result<Self, RelayError> {
+        let canonical = fs::canonicalize(dir).map_err(|_| RelayError::MissingDir {
+            path: dir.to_path_buf(),
+        })?;
+        if !canonical.is_dir() {
+            return Err(RelayError::MissingDir {
+                path: dir.to_path_buf(),
+            });
+        }
+        let mut relay = FileRelay {
+            identity: format!("file://{}", canonical.display()),
+            events_path: canonical.join("events.jsonl"),
+            channels_path: canonical.join("channels.json"),
+            dir: canonical,
+            read_offset: 0,
+            events: Vec::new(),
+            by_id: HashMap::new(),
+            by_channel: HashMap::new(),
+            channels: HashMap::new(),
+            channels_mtime: None,
+        };
+        relay.reload_channels()?;
+        Ok(relay)
+    }
+
+    /// The relay directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn reload_channels(&mut self) -> Result<(), RelayError> {
+        let mtime = match fs::metadata(&self.channels_path) {
+            Ok(meta) => meta.modified().ok(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.channels.clear();
+                self.channels_mtime = None;
+                return Ok(());
+            }
+            Err(source) => {
+                return Err(RelayError::Io {
+                    path: self.channels_path.clone(),
+                    source,
+                });
+            }
+        };
+        if mtime.is_some() && mtime == self.channels_mtime {
+            return Ok(());
+        }
+        let raw = fs::read_to_string(&self.channels_path).map_err(|source| RelayError::Io {
+            path: self.channels_path.clone(),
+            source,
+        })?;
+        let parsed: ChannelsFile =
+            serde_json::from_str(&raw).map_err(|e| RelayError::BadChannels {
+                path: self.channels_path.clone(),
+                message: e.to_string(),
+            })?;
+        self.channels = parsed.channels;
+        self.channels_mtime = mtime;
+        Ok(())
+    }
+
+    /// Reads complete lines appended since the last read.
+    fn read_new_lines(&mut self) -> Result<Vec<Incoming>, RelayError> {
+        let io = |source| RelayError::Io {
+            path: self.events_path.clone(),
+            source,
+        };
+        let mut file = match File::open(&self.events_path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io(e)),
+        };
+        let len = file.metadata().map_err(io)?.len();
+        if len < self.read_offset {
+            // The file was truncated or replaced: never re-read from a bogus
+            // offset. Keep what we have; new data will be read from the end.
+            tracing::warn!(
+                path = %self.events_path.display(),
+                "relay file shrank; ignoring content before its new end"
+            );
+            self.read_offset = len;
+            return Ok(Vec::new());
+        }
+        file.seek(SeekFrom::Start(self.read_offset)).map_err(io)?;
+        let mut buf = Vec::new();
+        file.read_to_end(&mut buf).map_err(io)?;
+        let mut out = Vec::new();
+        let mut start = 0usize;
+        while let Some(pos) = buf[start..].iter().position(|&b| b == b'\n') {
+            let line = &buf[start..start + pos];
+            let offset = self.read_offset + start as u64;
+            let end = offset + pos as u64 + 1;
+            start += pos + 1;
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            out.push(Incoming {
+                offset,
+                end,
+                event: parse_event_line(line),
+            });
+        }
+        // A trailing line without newline is still being written: leave it.
+        let tail = buf.len() - start;
+        if tail > MAX_EVENT_LINE_BYTES {
+            let offset = self.read_offset + start as u64;
+            let end = self.read_offset + buf.len() as u64;
+            out.push(Incoming {
+                offset,
+                end,
+                event: Err(format!(
+                    "unterminated line of {tail} bytes exceeds {MAX_EVENT_LINE_BYTES}"
+                )),
+            });
+            start = buf.len();
+        }
+        self.read_offset += start as u64;
+        Ok(out)
+    }
+
+    fn index(&mut self, event: &Event) {
+        if self.by_id.contains_key(&event.id) {
+            return;
+        }
+        let idx = self.events.len();
+        self.by_id.insert(event.id.clone(), idx);
+        if let Some(channel) = event.channel_id() {
+            self.by_channel.entry(channel).or_default().push(idx);
+        }
+        self.events.push(event.clone());
+    }
+}
+
+fn parse_event_line(line: &[u8]) -> Result<Event, String> {
+    if line.len() > MAX_EVENT_LINE_BYTES {
+        return Err(format!(
+            "line of {} bytes exceeds {MAX_EVENT_LINE_BYTES}",
+            line.len()
+        ));
+    }
+    let event: Event = serde_json::from_slice(line).map_err(|e| format!("not an event: {e}"))?;
+    if !is_event_id(&event.id) {
+        return Err(format!("event id {:?} is not 64 hex characters", event.id));
+    }
+    if !is_event_id(&event.pubkey) {
+        return Err(format!(
+            "pubkey {:?} is not 64 hex characters",
+            event.pubkey
+        ));
+    }
+    Ok(Event {
+        id: event.id.to_ascii_lowercase(),
+        pubkey: event.pubkey.to_ascii_lowercase(),
+        ..event
+    })
+}
+
+impl Relay for FileRelay {
+    async fn poll(&mut self) -> Result<Vec<Incoming>, RelayError> {
+        if let Err(e) = self.reload_channels() {
+            // A broken channels.json must not stop the subscription: keep the
+            // last good metadata and say so.
+            tracing::warn!(error = %e, "keeping previous channel metadata");
+        }
+        let lines = self.read_new_lines()?;
+        for line in &lines {
+            if let Ok(event) = &line.event {
+                self.index(event);
+            }
+        }
+        Ok(lines)
+    }
+
+    async fn publish(&mut self, event: &Event) -> Result<(), RelayError> {
+        let io = |source| RelayError::Io {
+            path: self.events_path.clone(),
+            source,
+        };
+        let mut line = serde_json::to_string(event).map_err(|e| io(std::io::Error::other(e)))?;
+        line.push('\n');
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.events_path)
+            .map_err(io)?;
+        // Writers (other harnesses, test drivers) take the same lock, so lines
+        // never interleave.
+        file.lock().map_err(io)?;
+        let result = file.write_all(line.as_bytes()).and_then(|()| file.flush());
+        let unlock = file.unlock();
+        result.map_err(io)?;
+        unlock.map_err(io)?;
+        Ok(())
+    }
+
+    fn history(&self, channel: &ChannelId) -> Vec<&Event> {
+        self.by_channel
+            .get(channel)
+            .map(|idxs| idxs.iter().map(|&i| &self.events[i]).collect())
+            .unwrap_or_default()
+    }
+
+    fn find(&self, id: &str) -> Option<&Event> {
+        self.by_id
+            .get(&id.to_ascii_lowercase())
+            .map(|&i| &self.events[i])
+    }
+
+    fn channel_info(&self, channel: &ChannelId) -> ChannelInfo {
+        self.channels
+            .get(channel)
+            .cloned()
+            .unwrap_or_else(ChannelInfo::unresolved)
+    }
+
+    fn identity(&self) -> &str {
+        &self.identity
+    }
+}
+
+/// Appends events to a relay directory's `events.jsonl` under its lock: the
+/// way tests, demos and other writers add events while a harness runs.
+pub fn append_events(dir: &Path, events: &[Event]) -> Result<(), RelayError> {
+    let path = dir.join("events.jsonl");
+    let io = |source| RelayError::Io {
+        path: path.clone(),
+        source,
+    };
+    let mut buf = String::new();
+    for event in events {
+        buf.push_str(&serde_json::to_string(event).map_err(|e| io(std::io::Error::other(e)))?);
+        buf.push('\n');
+    }
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(io)?;
+    file.lock().map_err(io)?;
+    let result = file.write_all(buf.as_bytes()).and_then(|()| file.flush());
+    let unlock = file.unlock();
+    result.map_err(io)?;
+    unlock.map_err(io)
+}
+
+/// Writes a relay directory's `channels.json`.
+pub fn write_channels(dir: &Path, channels: &[(ChannelId, ChannelInfo)]) -> Result<(), RelayError> {
+    let path = dir.join("channels.json");
+    let map: serde_json::Map<String, serde_json::Value> = channels
+        .iter()
+        .map(|(id, info)| {
+            (
+                id.to_string(),
+                serde_json::json!({"name": info.name, "kind": info.kind}),
+            )
+        })
+        .collect();
+    let body =
+        serde_json::to_string_pretty(&serde_json::json!({ "channels": map })).map_err(|e| {
+            RelayError::BadChannels {
+                path: path.clone(),
+                message: e.to_string(),
+            }
+        })?;
+    fs::write(&path, body + "\n").map_err(|source| RelayError::Io { path, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALICE: &str = "b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2";
+
+    fn channel() -> ChannelId {
+        ChannelId::parse("0B8E2D4C-1F3A-4C5E-9D7B-2A6F8E1C3B5D").unwrap()
+    }
+
+    #[test]
+    fn channel_ids_are_validated_and_lowercased() {
+        assert_eq!(channel().as_str(), "0b8e2d4c-1f3a-4c5e-9d7b-2a6f8e1c3b5d");
+        for bad in [
+            "",
+            "general",
+            "0b8e2d4c1f3a4c5e9d7b2a6f8e1c3b5d",
+            "0b8e2d4c-1f3a-4c5e-9d7b-2a6f8e1c3b5z",
+        ] {
+            assert!(ChannelId::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn event_ids_follow_nip01() {
+        let e = EventBuilder::message(ALICE, &channel(), "hi")
+            .created_at(5)
+            .build();
+        assert_eq!(e.id, compute_event_id(&e.pubkey, 5, e.kind, &e.tags, "hi"));
+        let e2 = EventBuilder::message(ALICE, &channel(), "hi!")
+            .created_at(5)
+            .build();
+        assert_ne!(e.id, e2.id);
+        assert!(is_event_id(&e.id));
+    }
+
+    #[tokio::test]
+    async fn file_relay_reads_appends_and_skips_partial_and_bad_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = EventBuilder::message(ALICE, &channel(), "one")
+            .created_at(1)
+            .build();
+        append_events(dir.path(), std::slice::from_ref(&a)).unwrap();
+        // A malformed line and a partial (still being written) line.
+        let path = dir.path().join("events.jsonl");
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{not json}\n{\"id\":").unwrap();
+        drop(f);
+
+        let mut relay = FileRelay::open(dir.path()).unwrap();
+        let first = relay.poll().await.unwrap();
+        assert_eq!(first.len(), 2);
+        assert_eq!(first[0].event.as_ref().unwrap(), &a);
+        assert!(first[1].event.is_err());
+        assert_eq!(first[1].offset, first[0].end);
+
+        // Complete the partial line with garbage + newline, then a good event.
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"\"x\"}\n").unwrap();
+        drop(f);
+        let b = EventBuilder::message(ALICE, &channel(), "two")
+            .created_at(2)
+            .build();
+        relay.publish(&b).await.unwrap();
+        let second = relay.poll().await.unwrap();
+        assert_eq!(second.len(), 2);
+        assert!(second[0].event.is_err(), "completed partial line is bad id");
+        assert_eq!(second[1].event.as_ref().unwrap(), &b);
+        assert_eq!(relay.history(&channel()).len(), 2);
+        assert_eq!(relay.find(&b.id).unwrap().content, "two");
+    }
+
+    #[test]
+    fn unknown_channels_fail_closed_as_dm() {
+        let dir = tempfile::tempdir().unwrap();
+        write_channels(
+            dir.path(),
+            &[(
+                channel(),
+                ChannelInfo {
+                    name: "general".into(),
+                    kind: ChannelKind::Stream,
+                },
+            )],
+        )
+        .unwrap();
+        let relay = FileRelay::open(dir.path()).unwrap();
+        assert!(!relay.channel_info(&channel()).is_dm());
+        let other = ChannelId::parse("7c1d9e2f-3a4b-4c5d-8e6f-9a0b1c2d3e4f").unwrap();
+        assert!(relay.channel_info(&other).is_dm());
+    }
+
+    #[test]
+    fn missing_relay_dir_is_a_clear_error() {
+        let err = FileRelay::open(Path::new("/nonexistent/relay")).unwrap_err();
+        assert!(matches!(err, RelayError::MissingDir { .. }));
+    }
+
+    #[test]
+    fn thread_refs_ignore_malformed_markers() {
+        let root = EventBuilder::message(ALICE, &channel(), "r").build();
+        let e = EventBuilder::message(ALICE, &channel(), "x")
+            .tag(&["e", "zz", "", "root"])
+            .tag(&["e", &root.id.to_ascii_uppercase(), "", "reply"])
+            .build();
+        let refs = e.thread_refs();
+        assert_eq!(refs.root, None);
+        assert_eq!(refs.reply.as_deref(), Some(root.id.as_str()));
+    }
+}

@@ -1,0 +1,339 @@
+//! End-to-end scenario support: a file relay, a state directory and an agent
+//! command line in one temporary root, and the real `buzz-acp` binary run
+//! against them (to completion with `--once`, or in the background).
+//!
+//! Timestamps are deterministic: posted events start at 2100-01-01 and advance
+//! a minute per post, and the harness stamps a reply one second after its
+//! trigger when the trigger is in the future. Wire logs and prompts are
+//! therefore byte-stable and can be snapshotted.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::relay::{
+    ChannelId, ChannelInfo, ChannelKind, Event, EventBuilder, RelayError, append_events,
+    write_channels,
+};
+
+/// The agent's public key in scenarios.
+pub const AGENT: &str = "a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1";
+/// A user's public key.
+pub const USER: &str = "b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2";
+/// The owner's public key (may send `!rotate`, `!cancel`, `!model`).
+pub const OWNER: &str = "c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3";
+/// The stream channel of a scenario.
+pub const GENERAL: &str = "0b8e2d4c-1f3a-4c5e-9d7b-2a6f8e1c3b5d";
+/// The DM channel of a scenario.
+pub const DIRECT: &str = "7c1d9e2f-3a4b-4c5d-8e6f-9a0b1c2d3e4f";
+/// The working directory the harness hands the agent (never touched; fixed so
+/// wire logs are identical on every machine).
+pub const AGENT_CWD: &str = "/srv/buzz-scenario";
+/// First timestamp of a scenario: 2100-01-01T00:00:00Z.
+pub const EPOCH: u64 = 4_102_444_800;
+
+/// A scenario's directories and clock.
+#[derive(Debug)]
+pub struct Scenario {
+    /// The temporary root.
+    pub root: PathBuf,
+    /// The file relay.
+    pub relay_dir: PathBuf,
+    /// The harness's `--state-dir`.
+    pub state_dir: PathBuf,
+    /// The test agent's `--state-dir` (its transcripts).
+    pub agent_state_dir: PathBuf,
+    /// The test agent's wire log.
+    pub wire_log: PathBuf,
+    /// The harness's observer log.
+    pub observer_log: PathBuf,
+    clock: u64,
+}
+
+impl Scenario {
+    /// Lays out a scenario under `root` with a stream channel `#general` and a
+    /// DM channel.
+    pub fn new(root: &Path) -> Result<Self, RelayError> {
+        let s = Scenario {
+            root: root.to_path_buf(),
+            relay_dir: root.join("relay"),
+            state_dir: root.join("harness-state"),
+            agent_state_dir: root.join("agent-state"),
+            wire_log: root.join("wire.jsonl"),
+            observer_log: root.join("observer.jsonl"),
+            clock: EPOCH,
+        };
+        for dir in [&s.relay_dir, &s.state_dir, &s.agent_state_dir] {
+            std::fs::create_dir_all(dir).map_err(|source| RelayError::Io {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        write_channels(
+            &s.relay_dir,
+            &[
+                (
+                    general(),
+                    ChannelInfo {
+                        name: "general".into(),
+                        kind: ChannelKind::Stream,
+                    },
+                ),
+                (
+                    direct(),
+                    ChannelInfo {
+                        name: "dm".into(),
+                        kind: ChannelKind::Dm,
+                    },
+                ),
+            ],
+        )?;
+        Ok(s)
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.clock += 60;
+        self.clock
+    }
+
+    /// Appends an event built by `build` (given the next timestamp).
+    pub fn post_with(&mut self, build: impl FnOnce(u64) -> Event) -> Result<Event, RelayError> {
+        let event = build(self.tick());
+        append_events(&self.relay_dir, std::slice::from_ref(&event))?;
+        Ok(event)
+    }
+
+    /// A top-level message mentioning the agent in `#general`: a new thread.
+    pub fn post_top(&mut self, text: &str) -> Result<Event, RelayError> {
+        self.post_with(|at| {
+            EventBuilder::message(USER, &general(), text)
+                .created_at(at)
+                .mention(AGENT)
+                .build()
+        })
+    }
+
+    /// A reply in `root`'s thread (to `parent`) mentioning the agent.
+    pub fn post_reply(
+        &mut self,
+        root: &Event,
+        parent: &Event,
+        text: &str,
+    ) -> Result<Event, RelayError> {
+        self.post_reply_as(USER, root, parent, text)
+    }
+
+    /// A reply by `author` in `root`'s thread (to `parent`) mentioning the agent.
+    pub fn post_reply_as(
+        &mut self,
+        author: &str,
+        root: &Event,
+        parent: &Event,
+        text: &str,
+    ) -> Result<Event, RelayError> {
+        let channel = root.channel_id().unwrap_or_else(general);
+        self.post_with(|at| {
+            EventBuilder::message(author, &channel, text)
+                .created_at(at)
+                .thread(&root.id, &parent.id)
+                .mention(AGENT)
+                .build()
+        })
+    }
+
+    /// A reply in `root`'s thread that does not mention the agent (history only).
+    pub fn post_chatter(
+        &mut self,
+        root: &Event,
+        parent: &Event,
+        text: &str,
+    ) -> Result<Event, RelayError> {
+        let channel = root.channel_id().unwrap_or_else(general);
+        self.post_with(|at| {
+            EventBuilder::message(USER, &channel, text)
+                .created_at(at)
+                .thread(&root.id, &parent.id)
+                .build()
+        })
+    }
+
+    /// Every event in the relay, in order (malformed lines skipped).
+    pub fn events(&self) -> Vec<Event> {
+        std::fs::read_to_string(self.relay_dir.join("events.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Events the agent published.
+    pub fn replies(&self) -> Vec<Event> {
+        self.events()
+            .into_iter()
+            .filter(|e| e.pubkey == AGENT)
+            .collect()
+    }
+
+    /// The agent's reply to `event_id`, if published.
+    pub fn reply_to(&self, event_id: &str) -> Option<Event> {
+        self.replies()
+            .into_iter()
+            .find(|r| r.thread_refs().reply.as_deref() == Some(event_id))
+    }
+
+    /// The agent command line for the test agent at `agent_bin`.
+    pub fn agent_command(&self, agent_bin: &Path, agent_args: &[&str]) -> String {
+        let mut parts = vec![
+            quote(&agent_bin.display().to_string()),
+            "--state-dir".into(),
+            quote(&self.agent_state_dir.display().to_string()),
+            "--wire-log".into(),
+            quote(&self.wire_log.display().to_string()),
+        ];
+        parts.extend(agent_args.iter().map(|a| quote(a)));
+        parts.join(" ")
+    }
+
+    /// The harness command (environment scrubbed of `BUZZ_ACP_*`).
+    pub fn harness_command(
+        &self,
+        harness_bin: &Path,
+        agent_command: &str,
+        extra: &[&str],
+    ) -> Command {
+        let mut cmd = Command::new(harness_bin);
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("BUZZ_ACP_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.arg("--relay-dir")
+            .arg(&self.relay_dir)
+            .arg("--agent-command")
+            .arg(agent_command)
+            .arg("--agent-pubkey")
+            .arg(AGENT)
+            .arg("--owner-pubkey")
+            .arg(OWNER)
+            .arg("--state-dir")
+            .arg(&self.state_dir)
+            .arg("--observer-log")
+            .arg(&self.observer_log)
+            .arg("--cwd")
+            .arg(AGENT_CWD)
+            .arg("--relay-poll-ms")
+            .arg("20")
+            .args(extra)
+            .env("BUZZ_ACP_LOG", "buzz_acp=debug,info")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs the harness with `--once` and returns its output.
+    pub fn run_once(
+        &self,
+        harness_bin: &Path,
+        agent_command: &str,
+        extra: &[&str],
+    ) -> std::io::Result<Output> {
+        let mut cmd = self.harness_command(harness_bin, agent_command, extra);
+        cmd.arg("--once");
+        cmd.output()
+    }
+
+    /// Starts the harness in the background.
+    pub fn start(
+        &self,
+        harness_bin: &Path,
+        agent_command: &str,
+        extra: &[&str],
+    ) -> std::io::Result<Running> {
+        let log = std::fs::File::create(self.root.join(format!("harness-{}.log", self.clock)))?;
+        let mut cmd = self.harness_command(harness_bin, agent_command, extra);
+        cmd.stdout(Stdio::null()).stderr(log);
+        Ok(Running {
+            child: cmd.spawn()?,
+        })
+    }
+
+    /// Waits until the agent has replied to `event_id`.
+    pub fn wait_for_reply(&self, event_id: &str, timeout: Duration) -> Option<Event> {
+        wait_until(timeout, || self.reply_to(event_id))
+    }
+
+    /// Observer records of type `kind`.
+    pub fn observer_records(&self, kind: &str) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.observer_log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["type"] == kind)
+            .collect()
+    }
+}
+
+/// A harness running in the background; killed when dropped.
+#[derive(Debug)]
+pub struct Running {
+    child: Child,
+}
+
+impl Running {
+    /// Asks the harness to stop (SIGTERM) and waits for it.
+    pub fn stop(mut self) -> std::io::Result<std::process::ExitStatus> {
+        let term = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        if !term.map(|s| s.success()).unwrap_or(false) {
+            self.child.kill()?;
+        }
+        self.child.wait()
+    }
+
+    /// The child's pid.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `probe` every 20 ms until it yields or `timeout` passes.
+pub fn wait_until<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The scenario's stream channel.
+pub fn general() -> ChannelId {
+    ChannelId::parse(GENERAL).unwrap_or_else(|_| unreachable!("GENERAL is a valid UUID"))
+}
+
+/// The scenario's DM channel.
+pub fn direct() -> ChannelId {
+    ChannelId::parse(DIRECT).unwrap_or_else(|_| unreachable!("DIRECT is a valid UUID"))
+}
+
+fn quote(s: &str) -> String {
+    if s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./=:,".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
