@@ -117,6 +117,8 @@ pub struct Harness<R: Relay = FileRelay> {
     in_flight: HashMap<SessionScope, TaskId>,
     spawns: JoinSet<(usize, Result<AcpClient, AcpError>)>,
     positions: HashMap<String, (u64, u64)>,
+    /// When the last event was admitted: the idle-pool-sleep and inactivity
+    /// clocks run from here (a turn ending does not restart them).
     last_activity: Instant,
     pool_woken: bool,
     /// Notices for owner controls, published by the loop (admission is sync).
@@ -252,6 +254,15 @@ impl<R: Relay> Harness<R> {
             self.cursor.mark_handled(line.offset, line.end);
             return true;
         };
+        if event.removes_member(&self.config.agent_pubkey) {
+            // The agent left the channel: every session there is abandoned.
+            tracing::info!(channel = %channel, "removed from channel; dropping its sessions");
+            self.pool.invalidate_channel_sessions(&channel);
+            self.observer
+                .event("channel_removed", json!({"channel": channel.to_string()}));
+            self.cursor.mark_handled(line.offset, line.end);
+            return true;
+        }
         let addressed = event.is_message()
             && event.pubkey != self.config.agent_pubkey
             && (!self.config.require_mention || event.mentions(&self.config.agent_pubkey));
@@ -448,7 +459,6 @@ impl<R: Relay> Harness<R> {
         };
         self.in_flight.remove(&meta.scope);
         self.queue.finish(&meta.scope);
-        self.last_activity = Instant::now();
         let result = match result {
             Ok(result) => result,
             Err(e) => {

@@ -68,7 +68,7 @@ pub struct SleepInputs {
     pub queued_events: usize,
     /// Worker spawns in flight.
     pub spawns_in_flight: usize,
-    /// Time since the last admitted event or completed turn.
+    /// Time since the last admitted event.
     pub quiet_for: Duration,
 }
 

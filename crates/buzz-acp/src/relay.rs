@@ -24,6 +24,9 @@ use sha2::{Digest, Sha256};
 pub const KIND_STREAM_MESSAGE: u32 = 9;
 /// Kind of an edit of an earlier message.
 pub const KIND_EDIT: u32 = 40003;
+/// Kind of a membership removal (NIP-29 style): the `p` tag names the member
+/// removed from the `h` channel.
+pub const KIND_REMOVE_MEMBER: u32 = 9001;
 
 /// Largest `events.jsonl` line the relay accepts (a hostile or broken writer
 /// cannot make the harness buffer without bound).
@@ -197,6 +200,11 @@ impl Event {
             .iter()
             .filter(move |t| t.first().map(String::as_str) == Some(name))
             .filter_map(|t| t.get(1).map(String::as_str))
+    }
+
+    /// Whether this event removes `pubkey` from its channel.
+    pub fn removes_member(&self, pubkey: &str) -> bool {
+        self.kind == KIND_REMOVE_MEMBER && self.mentions(pubkey)
     }
 
     /// Whether this event is a chat message the harness may answer.

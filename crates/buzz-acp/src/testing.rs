@@ -157,6 +157,16 @@ impl Scenario {
         })
     }
 
+    /// The agent is removed from `#general` (its sessions there are abandoned).
+    pub fn post_removal(&mut self) -> Result<Event, RelayError> {
+        self.post_with(|at| {
+            EventBuilder::new(crate::relay::KIND_REMOVE_MEMBER, OWNER, &general(), "")
+                .created_at(at)
+                .mention(AGENT)
+                .build()
+        })
+    }
+
     /// Every event in the relay, in order (malformed lines skipped).
     pub fn events(&self) -> Vec<Event> {
         std::fs::read_to_string(self.relay_dir.join("events.jsonl"))
@@ -227,6 +237,28 @@ impl Scenario {
             .env("BUZZ_ACP_LOG", "buzz_acp=debug,info")
             .stdin(Stdio::null());
         cmd
+    }
+
+    /// Runs the harness with `--once`; an unsuccessful exit is an error
+    /// carrying its stderr.
+    pub fn run_once_ok(
+        &self,
+        harness_bin: &Path,
+        agent_command: &str,
+        extra: &[&str],
+    ) -> Result<Output, String> {
+        let out = self
+            .run_once(harness_bin, agent_command, extra)
+            .map_err(|e| format!("cannot run {}: {e}", harness_bin.display()))?;
+        if out.status.success() {
+            Ok(out)
+        } else {
+            Err(format!(
+                "buzz-acp exited with {}:\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
     }
 
     /// Runs the harness with `--once` and returns its output.
@@ -316,6 +348,31 @@ pub fn wait_until<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) ->
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// `turns=N` of a test-agent reply: how many user turns the answering
+/// session held. `None` when the text is not a test-agent reply.
+pub fn reply_turns(reply: &Event) -> Option<u32> {
+    reply
+        .content
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("turns="))
+        .and_then(|n| n.parse().ok())
+}
+
+/// Number of history entries (`[n] …` lines) in a prompt's
+/// `<thread-context>` block; 0 when the prompt has none.
+pub fn context_entries(prompt: &str) -> usize {
+    let Some(start) = prompt.find("<thread-context") else {
+        return 0;
+    };
+    let end = prompt[start..]
+        .find("</thread-context>")
+        .map_or(prompt.len(), |e| start + e);
+    prompt[start..end]
+        .lines()
+        .filter(|l| l.starts_with('[') && l.contains("] "))
+        .count()
 }
 
 /// The scenario's stream channel.

@@ -57,9 +57,6 @@ fn threads_get_their_own_sessions() {
 #[test]
 fn channel_policy_shares_one_session_across_threads() {
     let (_dir, mut s) = scenario();
-    s.post_top("thread A").unwrap();
-    run_once(&s, &[], &["--session-policy", "channel"]);
-    let b = s.post_top("thread B").unwrap();
     let running = s
         .start(
             &harness_bin(),
@@ -67,13 +64,12 @@ fn channel_policy_shares_one_session_across_threads() {
             &["--session-policy", "channel"],
         )
         .unwrap();
-    s.wait_for_reply(&b.id, WAIT).expect("reply to B");
-    let c = s.post_top("thread C").unwrap();
-    let reply = s.wait_for_reply(&c.id, WAIT).expect("reply");
+    let a = s.post_top("thread A").unwrap();
+    s.wait_for_reply(&a.id, WAIT).expect("reply to A");
+    let b = s.post_top("thread B").unwrap();
+    let reply = s.wait_for_reply(&b.id, WAIT).expect("reply to B");
     running.stop().unwrap();
-    // The restart lost the first session (pinned defect); B and C then share one.
-    let frames = wire(&s);
-    assert_eq!(count(&frames, "session/new"), 2);
+    assert_eq!(count(&wire(&s), "session/new"), 1);
     assert_eq!(turns(&reply), 2);
 }
 
@@ -184,4 +180,27 @@ fn admission_and_the_cursor_prevent_double_answers() {
     run_once(&s, &[], &[]);
     assert_eq!(s.replies().len(), 1);
     assert_eq!(count(&wire(&s), "session/prompt"), 1);
+}
+
+/// Removing the agent from a channel drops every session of that channel.
+#[test]
+fn removal_from_a_channel_drops_all_its_sessions() {
+    let (_dir, mut s) = scenario();
+    let running = s.start(&harness_bin(), &agent(&s, &[]), &[]).unwrap();
+    let a = s.post_top("thread A").unwrap();
+    let ra = s.wait_for_reply(&a.id, WAIT).unwrap();
+    let b = s.post_top("thread B").unwrap();
+    let rb = s.wait_for_reply(&b.id, WAIT).unwrap();
+    s.post_removal().unwrap();
+    buzz_acp::testing::wait_until(WAIT, || {
+        (!s.observer_records("channel_removed").is_empty()).then_some(())
+    })
+    .expect("removal seen");
+    let qa = s.post_reply(&a, &ra, "A again").unwrap();
+    let ra2 = s.wait_for_reply(&qa.id, WAIT).unwrap();
+    let qb = s.post_reply(&b, &rb, "B again").unwrap();
+    let rb2 = s.wait_for_reply(&qb.id, WAIT).unwrap();
+    running.stop().unwrap();
+    assert_eq!((turns(&ra2), turns(&rb2)), (1, 1));
+    assert_eq!(count(&wire(&s), "session/new"), 4);
 }

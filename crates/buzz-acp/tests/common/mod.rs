@@ -34,15 +34,9 @@ pub fn agent(s: &Scenario, args: &[&str]) -> String {
 
 /// Runs `--once` and asserts success.
 pub fn run_once(s: &Scenario, agent_args: &[&str], extra: &[&str]) {
-    let out = s
-        .run_once(&harness_bin(), &agent(s, agent_args), extra)
-        .expect("spawn buzz-acp");
-    assert!(
-        out.status.success(),
-        "buzz-acp failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if let Err(e) = s.run_once_ok(&harness_bin(), &agent(s, agent_args), extra) {
+        panic!("{e}");
+    }
 }
 
 pub fn wire(s: &Scenario) -> Vec<WireFrame> {
@@ -68,22 +62,8 @@ pub fn prompts(frames: &[WireFrame]) -> Vec<String> {
 
 /// `turns=N` from a test agent reply.
 pub fn turns(reply: &Event) -> u32 {
-    reply
-        .content
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("turns="))
-        .and_then(|n| n.parse().ok())
+    buzz_acp::testing::reply_turns(reply)
         .unwrap_or_else(|| panic!("no turns= in {:?}", reply.content))
 }
 
-/// Number of `[n]` history entries in a prompt's context block.
-pub fn context_entries(prompt: &str) -> usize {
-    let Some(start) = prompt.find("<thread-context") else {
-        return 0;
-    };
-    let end = prompt.find("</thread-context>").unwrap_or(prompt.len());
-    prompt[start..end]
-        .lines()
-        .filter(|l| l.starts_with('[') && l.contains("] "))
-        .count()
-}
+pub use buzz_acp::testing::context_entries;
