@@ -355,8 +355,10 @@ impl PromptTurn {
             cancelled,
         } = ticket;
         let work = async {
-            if !self.settings.prompt_delay.is_zero() {
-                tokio::time::sleep(self.settings.prompt_delay).await;
+            let delay =
+                reply::delay_override(&self.user_text).unwrap_or(self.settings.prompt_delay);
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
             }
             if self.user_text.contains(PERMISSION_TRIGGER) {
                 Some(self.ask_permission(index).await)

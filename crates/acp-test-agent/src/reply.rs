@@ -69,19 +69,38 @@ impl FromStr for StopReasonName {
     }
 }
 
-/// The first `!stop:<reason>` token in `text` naming a known reason, if any.
+/// The first `!stop:<reason>` token in the last prose line of `text` (see [`last_prose_line`]) naming a
+/// known reason, if any. Only the last line counts: a client that repeats earlier messages as
+/// context must not make every later prompt stop the same way.
 ///
 /// The reason is read up to the first character that cannot be part of a name, so
 /// `!stop:max_tokens.` works and `!stop:max_tokensX` does not match anything.
 #[must_use]
 pub fn stop_override(text: &str) -> Option<StopReasonName> {
-    text.match_indices(STOP_TOKEN).find_map(|(at, _)| {
-        let rest = &text[at + STOP_TOKEN.len()..];
+    let line = last_prose_line(text);
+    line.match_indices(STOP_TOKEN).find_map(|(at, _)| {
+        let rest = &line[at + STOP_TOKEN.len()..];
         let end = rest
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .unwrap_or(rest.len());
         rest[..end].parse().ok()
     })
+}
+
+/// Token asking the agent to wait `<ms>` before answering this prompt.
+pub const DELAY_TOKEN: &str = "!delay:";
+
+/// The `!delay:<ms>` token in the last prose line of `text`, if any (same scoping as
+/// [`stop_override`]). Lets one test prompt be slow while the others are fast.
+#[must_use]
+pub fn delay_override(text: &str) -> Option<std::time::Duration> {
+    let line = last_prose_line(text);
+    let at = line.find(DELAY_TOKEN)?;
+    let digits: String = line[at + DELAY_TOKEN.len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok().map(std::time::Duration::from_millis)
 }
 
 /// A streaming 32-bit FNV-1a hasher.
@@ -174,23 +193,21 @@ pub fn nonce_list<'a>(turns: impl IntoIterator<Item = &'a str>) -> String {
     }
 }
 
-/// The first 120 characters of the last line of prose in `text`: lines that
-/// are only markup (`<tag …>` / `</tag>`) or blank are skipped, so a prompt
-/// that wraps its message in tags still echoes the message. Empty text echoes
-/// nothing.
+/// The last line of prose in `text`: lines that are only markup (`<tag …>` / `</tag>`) or blank
+/// are skipped, so a prompt that wraps its message in tags still yields the message.
 #[must_use]
-pub fn echo_of(text: &str) -> String {
+pub fn last_prose_line(text: &str) -> &str {
     let is_markup = |l: &str| {
         let t = l.trim();
         t.is_empty() || (t.starts_with('<') && t.ends_with('>'))
     };
-    text.lines()
-        .rev()
-        .find(|l| !is_markup(l))
-        .unwrap_or("")
-        .chars()
-        .take(ECHO_CHARS)
-        .collect()
+    text.lines().rev().find(|l| !is_markup(l)).unwrap_or("")
+}
+
+/// The first 120 characters of [`last_prose_line`] (empty text echoes nothing).
+#[must_use]
+pub fn echo_of(text: &str) -> String {
+    last_prose_line(text).chars().take(ECHO_CHARS).collect()
 }
 
 /// The reply for a session whose user turns (including the current one, last) are `turns`.
@@ -303,6 +320,21 @@ mod tests {
         );
         assert_eq!(stop_override("!stop:max_tokensX"), None);
         assert_eq!(stop_override("no token"), None);
+        assert_eq!(
+            stop_override("old !stop:max_tokens\nnew line"),
+            None,
+            "only the last prose line counts"
+        );
+    }
+
+    #[test]
+    fn delay_override_reads_the_last_line_only() {
+        assert_eq!(
+            delay_override("hi !delay:250 there"),
+            Some(std::time::Duration::from_millis(250))
+        );
+        assert_eq!(delay_override("!delay:9\nlater"), None);
+        assert_eq!(delay_override("!delay:x"), None);
     }
 
     #[test]
