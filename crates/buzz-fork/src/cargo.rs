@@ -1,0 +1,404 @@
+//! Cargo invocations for a patched tree.
+//!
+//! Every call uses `--manifest-path <tree>/Cargo.toml`, `--profile patched`
+//! and `CARGO_TARGET_DIR=<root>/target`: dependency builds are shared with
+//! the root workspace, while patched binaries land in `target/patched/` and
+//! never overwrite the baseline's `target/debug/`. Test runs set
+//! `INSTA_UPDATE=no` and `CI=true`, so snapshots are never written and a
+//! mismatch fails. Cargo's own output streams to our stderr.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::error::{Error, Result};
+use crate::registry::TestRef;
+
+/// The profile patched trees build with (defined in the root manifest).
+pub const PROFILE: &str = "patched";
+
+/// Environment variables from an enclosing cargo or insta run that must not
+/// leak into the patched tree's cargo.
+const SCRUBBED_ENV: &[&str] = &[
+    "CARGO_TARGET_DIR",
+    "CARGO_BUILD_TARGET_DIR",
+    "CARGO_MANIFEST_DIR",
+    "CARGO_MANIFEST_PATH",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_PKG_NAME",
+    "CARGO_CRATE_NAME",
+    "CARGO_BIN_NAME",
+    "INSTA_WORKSPACE_ROOT",
+    "INSTA_FORCE_PASS",
+    "INSTA_FORCE_UPDATE",
+    "INSTA_GLOB_FILTER",
+    "INSTA_PENDING_DIR",
+    "RUST_TEST_THREADS",
+];
+
+/// How a test run went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestOutcome {
+    /// Every selected test passed.
+    Passed,
+    /// The tests compiled and at least one failed.
+    Failed,
+    /// The test target did not compile.
+    CompileFailed,
+    /// No test matched the names (nothing ran).
+    NotFound,
+}
+
+impl TestOutcome {
+    /// Lower-case label for reports.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            TestOutcome::Passed => "passed",
+            TestOutcome::Failed => "failed",
+            TestOutcome::CompileFailed => "failed to compile",
+            TestOutcome::NotFound => "not found",
+        }
+    }
+}
+
+/// Cargo for one patched tree.
+pub struct Cargo {
+    program: OsString,
+    manifest: PathBuf,
+    target_dir: PathBuf,
+}
+
+impl Cargo {
+    /// Cargo for the tree at `tree`, building into `target_dir`.
+    #[must_use]
+    pub fn new(tree: &Path, target_dir: &Path) -> Self {
+        Cargo {
+            program: std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()),
+            manifest: tree.join("Cargo.toml"),
+            target_dir: target_dir.to_path_buf(),
+        }
+    }
+
+    /// The tree's lock file.
+    #[must_use]
+    pub fn lock_path(&self) -> PathBuf {
+        self.manifest.with_file_name("Cargo.lock")
+    }
+
+    fn command(&self, sub: &str) -> Command {
+        let mut cmd = Command::new(&self.program);
+        for var in SCRUBBED_ENV {
+            cmd.env_remove(var);
+        }
+        cmd.env("CARGO_TARGET_DIR", &self.target_dir)
+            .env("INSTA_UPDATE", "no")
+            .env("CI", "true")
+            .arg(sub)
+            .arg("--manifest-path")
+            .arg(&self.manifest)
+            .arg("--profile")
+            .arg(PROFILE)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn describe(cmd: &Command) -> String {
+        let mut s = String::from("cargo");
+        for a in cmd.get_args() {
+            s.push(' ');
+            s.push_str(&a.to_string_lossy());
+        }
+        s
+    }
+
+    /// Runs with stdout and stderr streamed to our stderr; true on success.
+    fn stream(&self, mut cmd: Command) -> Result<bool> {
+        crate::ui::step(&Self::describe(&cmd));
+        cmd.stdout(Stdio::from(std::io::stderr()))
+            .stderr(Stdio::inherit());
+        let status = cmd.status().map_err(|source| Error::Spawn {
+            program: "cargo".into(),
+            source,
+        })?;
+        Ok(status.success())
+    }
+
+    /// `cargo check --workspace`.
+    ///
+    /// # Errors
+    /// When cargo cannot be started.
+    pub fn check_workspace(&self) -> Result<bool> {
+        let mut cmd = self.command("check");
+        cmd.arg("--workspace");
+        self.stream(cmd)
+    }
+
+    /// `cargo build --workspace --bins` (the e2e tests find the binaries in
+    /// `target/patched/`).
+    ///
+    /// # Errors
+    /// When cargo cannot be started.
+    pub fn build_bins(&self) -> Result<bool> {
+        let mut cmd = self.command("build");
+        cmd.args(["--workspace", "--bins"]);
+        self.stream(cmd)
+    }
+
+    /// `cargo test` with extra selection arguments and libtest arguments.
+    ///
+    /// # Errors
+    /// When cargo cannot be started.
+    pub fn test(&self, selection: &[String], libtest: &[String]) -> Result<bool> {
+        let mut cmd = self.command("test");
+        cmd.args(selection);
+        if !libtest.is_empty() {
+            cmd.arg("--").args(libtest);
+        }
+        self.stream(cmd)
+    }
+
+    fn target_args(t: &TestRef) -> Vec<String> {
+        let mut v = vec!["-p".to_owned(), t.package.clone()];
+        if t.target == "lib" {
+            v.push("--lib".into());
+        } else {
+            v.push("--test".into());
+            v.push(t.target.clone());
+        }
+        v
+    }
+
+    /// Compiles, lists and runs the named tests of one target (all refs
+    /// must share package and target). Tells compile failures from failures
+    /// and reports names that match no test.
+    ///
+    /// # Errors
+    /// When cargo cannot be started.
+    pub fn run_named_tests(&self, tests: &[TestRef]) -> Result<(TestOutcome, Vec<String>)> {
+        let Some(first) = tests.first() else {
+            return Ok((TestOutcome::NotFound, Vec::new()));
+        };
+        let selection = Self::target_args(first);
+        let mut compile = self.command("test");
+        compile.args(&selection).arg("--no-run");
+        if !self.stream(compile)? {
+            return Ok((TestOutcome::CompileFailed, Vec::new()));
+        }
+        let names: Vec<String> = tests.iter().map(|t| t.name.clone()).collect();
+        let listed = self.list_tests(&selection, &names)?;
+        let missing: Vec<String> = names
+            .iter()
+            .filter(|n| !listed.contains(*n))
+            .cloned()
+            .collect();
+        if missing.len() == names.len() {
+            return Ok((TestOutcome::NotFound, missing));
+        }
+        let mut libtest = vec!["--exact".to_owned()];
+        libtest.extend(names.iter().filter(|n| listed.contains(*n)).cloned());
+        let passed = self.test(&selection, &libtest)?;
+        let outcome = if passed {
+            TestOutcome::Passed
+        } else {
+            TestOutcome::Failed
+        };
+        Ok((outcome, missing))
+    }
+
+    /// Names of the tests among `names` that exist in a target
+    /// (`-- --list --format terse --exact`).
+    fn list_tests(&self, selection: &[String], names: &[String]) -> Result<BTreeSet<String>> {
+        let mut cmd = self.command("test");
+        cmd.args(selection)
+            .args(["--quiet", "--", "--list", "--format", "terse", "--exact"])
+            .args(names);
+        crate::ui::step(&Self::describe(&cmd));
+        let out = cmd
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|source| Error::Spawn {
+                program: "cargo".into(),
+                source,
+            })?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        Ok(text
+            .lines()
+            .filter_map(|l| l.strip_suffix(": test"))
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// Targets of a workspace package (`cargo metadata --no-deps`): pairs of
+    /// (kind, name) such as (`lib`, `buzz_acp`), (`test`, `pinned_defects`).
+    ///
+    /// # Errors
+    /// When cargo fails or prints unreadable JSON.
+    pub fn package_targets(&self, package: &str) -> Result<Vec<(String, String)>> {
+        let mut cmd = Command::new(&self.program);
+        for var in SCRUBBED_ENV {
+            cmd.env_remove(var);
+        }
+        cmd.args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--manifest-path",
+        ])
+        .arg(&self.manifest)
+        .env("CARGO_TARGET_DIR", &self.target_dir)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
+        let out = cmd.output().map_err(|source| Error::Spawn {
+            program: "cargo".into(),
+            source,
+        })?;
+        let bad = |message: String| Error::Manifest {
+            path: self.manifest.clone(),
+            message: format!("cargo metadata: {message}"),
+        };
+        if !out.status.success() {
+            return Err(bad("failed".into()));
+        }
+        let meta: serde_json::Value =
+            serde_json::from_slice(&out.stdout).map_err(|e| bad(e.to_string()))?;
+        let mut targets = Vec::new();
+        let packages = meta["packages"].as_array().cloned().unwrap_or_default();
+        for pkg in packages.iter().filter(|p| p["name"] == package) {
+            for t in pkg["targets"].as_array().cloned().unwrap_or_default() {
+                let name = t["name"].as_str().unwrap_or_default().to_owned();
+                for kind in t["kind"].as_array().cloned().unwrap_or_default() {
+                    targets.push((kind.as_str().unwrap_or_default().to_owned(), name.clone()));
+                }
+            }
+        }
+        Ok(targets)
+    }
+
+    /// Workspace member package names (`cargo metadata --no-deps`).
+    ///
+    /// # Errors
+    /// When cargo fails.
+    pub fn workspace_packages(&self) -> Result<Vec<String>> {
+        let mut cmd = Command::new(&self.program);
+        for var in SCRUBBED_ENV {
+            cmd.env_remove(var);
+        }
+        cmd.args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--manifest-path",
+        ])
+        .arg(&self.manifest)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
+        let out = cmd.output().map_err(|source| Error::Spawn {
+            program: "cargo".into(),
+            source,
+        })?;
+        let meta: serde_json::Value =
+            serde_json::from_slice(&out.stdout).map_err(|e| Error::Manifest {
+                path: self.manifest.clone(),
+                message: format!("cargo metadata: {e}"),
+            })?;
+        Ok(meta["packages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| p["name"].as_str().map(str::to_owned))
+            .collect())
+    }
+}
+
+/// Registry packages (name, version, source) of a `Cargo.lock`.
+///
+/// # Errors
+/// When the lock does not parse.
+pub fn registry_packages(lock: &Path) -> Result<BTreeSet<(String, String, String)>> {
+    let text = crate::fsutil::read(lock)?;
+    let table: toml::Table = toml::from_str(&text).map_err(|e| Error::Manifest {
+        path: lock.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let mut out = BTreeSet::new();
+    if let Some(toml::Value::Array(packages)) = table.get("package") {
+        for p in packages {
+            let field = |k: &str| p.get(k).and_then(toml::Value::as_str).map(str::to_owned);
+            if let (Some(name), Some(version), Some(source)) =
+                (field("name"), field("version"), field("source"))
+            {
+                out.insert((name, version, source));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Fails when the tree's lock resolved a registry package (name, version,
+/// source) that the root lock does not have: a new dependency or another
+/// version. Packages only the root workspace uses (e.g. this tool's own
+/// dependencies) are pruned from the tree's lock and are fine.
+///
+/// # Errors
+/// [`Error::LockMismatch`] naming the packages.
+pub fn compare_locks(tree_lock: &Path, root_lock: &Path) -> Result<()> {
+    let tree = registry_packages(tree_lock)?;
+    let root = registry_packages(root_lock)?;
+    let added: Vec<String> = tree
+        .difference(&root)
+        .map(|(n, v, s)| format!("{n} {v} ({s})"))
+        .collect();
+    if added.is_empty() {
+        return Ok(());
+    }
+    Err(Error::LockMismatch {
+        detail: format!(
+            "not in the root lock: {} (add the dependency to the root workspace and update the root Cargo.lock)",
+            added.join(", ")
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_comparison_ignores_path_packages() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root.lock");
+        let tree = dir.path().join("tree.lock");
+        let reg = "registry+https://github.com/rust-lang/crates.io-index";
+        std::fs::write(
+            &root,
+            format!("version = 4\n[[package]]\nname = \"serde\"\nversion = \"1.0.0\"\nsource = \"{reg}\"\n[[package]]\nname = \"a\"\nversion = \"0.1.0\"\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            &tree,
+            format!("version = 4\n[[package]]\nname = \"serde\"\nversion = \"1.0.0\"\nsource = \"{reg}\"\n[[package]]\nname = \"store\"\nversion = \"0.1.0\"\n"),
+        )
+        .unwrap();
+        compare_locks(&tree, &root).unwrap();
+        // A subset (packages only the root uses are pruned) is fine.
+        std::fs::write(&tree, "version = 4\n").unwrap();
+        compare_locks(&tree, &root).unwrap();
+        std::fs::write(
+            &tree,
+            format!("version = 4\n[[package]]\nname = \"serde\"\nversion = \"1.0.1\"\nsource = \"{reg}\"\n"),
+        )
+        .unwrap();
+        let err = compare_locks(&tree, &root).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "the patched tree must build with the root lock: not in the root lock: serde 1.0.1"
+            ),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,116 @@
+//! The command line.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Maintain the buzz-acp fork's patch series.
+///
+/// Exit codes: 0 ok, 1 check/verify failure, 2 usage or environment error,
+/// 3 sync blocked (conflict or failed guard).
+#[derive(Debug, Parser)]
+#[command(
+    name = "buzz-fork",
+    version,
+    about,
+    long_about = None,
+    after_help = "Exit codes: 0 ok, 1 check/verify failure, 2 usage or environment error, \
+                  3 sync blocked (conflict or failed guard).\nSee docs/MAINTENANCE.md."
+)]
+pub struct Cli {
+    /// Repository root (default: the git toplevel of the current directory).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands; each has its own module under `cmd/`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Build the work repo and write the patched tree; prints its path.
+    Apply(ApplyArgs),
+    /// Validate baseline, registry, patch files, guards and FORK_PATCHES.md (no build).
+    Check,
+    /// Apply, then build and test every prefix, the whole tree and the defect tests.
+    Verify(VerifyArgs),
+    /// Re-export patches/ from the work repo's `series` branch.
+    Refresh(RefreshArgs),
+    /// Re-target the series onto a new upstream tree and classify every patch.
+    Sync(SyncArgs),
+    /// Retire a patch that is upstream (or dropped by an owner decision).
+    Retire(RetireArgs),
+    /// One line per patch: status, reason, whether it applies, guard count.
+    Status,
+    /// Write FORK_PATCHES.md.
+    Render,
+}
+
+/// `apply` options.
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// Where to write the patched tree (default: target/fork-work/tree).
+    #[arg(long, value_name = "DIR")]
+    pub to: Option<PathBuf>,
+    /// Discard unsaved work in the work repo.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `verify` options.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Also check that each patch's guards fail without the patch.
+    #[arg(long)]
+    pub mutation: bool,
+    /// Skip the per-prefix builds (whole tree and defect tests only).
+    #[arg(long)]
+    pub skip_prefix: bool,
+}
+
+/// `refresh` options.
+#[derive(Debug, Args)]
+pub struct RefreshArgs {
+    /// List the patches that would change; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Date for Last-Update of content changes (default: today, UTC).
+    #[arg(long, value_name = "YYYY-MM-DD")]
+    pub date: Option<String>,
+}
+
+/// `sync` options.
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// New upstream: the crate directory or a checkout containing upstream.path.
+    #[arg(long, value_name = "DIR")]
+    pub upstream: PathBuf,
+    /// JSON report path (default: target/fork-work/sync/report.json); the
+    /// Markdown summary and range-diff are written next to it.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Adopt the new upstream when nothing blocks.
+    #[arg(long)]
+    pub write: bool,
+    /// Upstream version of the new baseline (recorded with --write).
+    #[arg(long, value_name = "VERSION")]
+    pub version: Option<String>,
+    /// Upstream commit or tag of the new baseline (recorded with --write).
+    #[arg(long, value_name = "TEXT")]
+    pub commit: Option<String>,
+    /// Date for Last-Update of content changes (default: today, UTC).
+    #[arg(long, value_name = "YYYY-MM-DD")]
+    pub date: Option<String>,
+}
+
+/// `retire` options.
+#[derive(Debug, Args)]
+pub struct RetireArgs {
+    /// The patch id.
+    pub id: String,
+    /// Retire as `dropped` by owner decision, with this reason.
+    #[arg(long, value_name = "WHY")]
+    pub owner_decision: Option<String>,
+}

@@ -1,0 +1,24 @@
+//! `render`: write FORK_PATCHES.md.
+
+use crate::cmd::{Context, Outcome};
+use crate::error::Result;
+use crate::registry::Registry;
+use crate::render::{INVENTORY_FILE, line_counts, render};
+
+/// The inventory text for the current registry and patch files.
+#[must_use]
+pub fn inventory(ctx: &Context, registry: &Registry) -> String {
+    render(registry, &line_counts(&ctx.root, registry))
+}
+
+/// Writes FORK_PATCHES.md.
+///
+/// # Errors
+/// Registry or I/O errors.
+pub fn run(ctx: &Context) -> Result<Outcome> {
+    let registry = ctx.registry()?;
+    let path = ctx.root.join(INVENTORY_FILE);
+    crate::fsutil::write_atomic(&path, inventory(ctx, &registry).as_bytes())?;
+    crate::ui::report(&format!("{}\n", path.display()));
+    Ok(Outcome::Ok)
+}

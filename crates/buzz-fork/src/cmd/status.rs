@@ -1,0 +1,44 @@
+//! `status`: one line per patch.
+
+use crate::cmd::check::analyze;
+use crate::cmd::{Context, Outcome};
+use crate::error::Result;
+use crate::ui::{self, Table};
+
+/// `scripts/fork status`.
+///
+/// # Errors
+/// Registry or I/O errors.
+pub fn run(ctx: &Context) -> Result<Outcome> {
+    let registry = ctx.registry()?;
+    let (analysis, _) = analyze(&ctx.root, &registry)?;
+    let mut t = Table::new(&["id", "status", "reason", "applies", "guards"]);
+    for entry in &registry.patches {
+        let applies = match analysis.iter().find(|a| a.entry.id == entry.id) {
+            None => "-".to_owned(),
+            Some(a) if a.file_problem.is_some() => "no (file)".to_owned(),
+            Some(a) => match (&a.exact, a.applies) {
+                (Some(r), _) if r.is_exact() => "yes".to_owned(),
+                (Some(_), true) => "offset".to_owned(),
+                _ => "no".to_owned(),
+            },
+        };
+        t.row(vec![
+            entry.id.to_string(),
+            entry.status.as_str().to_owned(),
+            entry.reason.as_str().to_owned(),
+            applies,
+            format!(
+                "{} test(s), {} snapshot(s)",
+                entry.guard_tests.len(),
+                entry.guard_snapshots.len()
+            ),
+        ]);
+    }
+    if t.is_empty() {
+        ui::report("series is empty\n");
+    } else {
+        ui::report(&t.render());
+    }
+    Ok(Outcome::Ok)
+}

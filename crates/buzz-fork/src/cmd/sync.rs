@@ -1,0 +1,702 @@
+//! `sync`: re-target the series onto a new upstream tree.
+//!
+//! The new upstream is imported as a commit on the work repo's upstream line
+//! (`refs/fork/sync/upstream`, child of the current baseline commit). Each
+//! active patch is then classified, in order, on top of the new base plus
+//! the patches already re-applied:
+//!
+//! * `already-upstream` – the reverse of the patch applies (`git apply -R --check`);
+//! * `exact` – applies with exact context at the stated lines;
+//! * `offset` – applies only at shifted lines (never with fuzz);
+//! * `merged` – needs a 3-way merge (`git merge-tree --write-tree`, an
+//!   in-memory cherry-pick of the old patch commit), or was resolved by a
+//!   maintainer in the work repo;
+//! * `conflict` – the 3-way merge conflicts (patch, files and hunks named);
+//! * `empty` – applies but changes nothing;
+//! * `guard-failed` – applies, but its required symbols or seams are gone.
+//!
+//! A JSON report, a Markdown summary and a `git range-diff` of the old and
+//! new series are written. Nothing in the repository changes unless
+//! `--write` is given and nothing blocks.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cli::SyncArgs;
+use crate::cmd::check::content_path;
+use crate::cmd::{Context, Outcome, refresh};
+use crate::error::{Error, Result};
+use crate::exact::{HunkFit, Overlay, Strictness, locate, split_lines};
+use crate::fsutil::{self, StagedDir};
+use crate::git::{ApplyMode, ApplyOutcome, Direction, MergeOutcome, Oid, Repo};
+use crate::guards::{self, SeamCheck};
+use crate::patchfile::{self, ParsedPatch};
+use crate::registry::{PATCH_ID_TRAILER, PatchEntry, PatchId, Registry, Retired, Status};
+use crate::ui::{self, Table};
+use crate::workarea::{self, SERIES_BRANCH, SYNC_SERIES_REF, SYNC_UPSTREAM_REF};
+
+/// Per-patch classification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SyncStatus {
+    /// Upstream already contains the change.
+    AlreadyUpstream,
+    /// Applies at the stated lines.
+    Exact,
+    /// Applies at shifted lines.
+    Offset,
+    /// Needed a 3-way merge (or a maintainer's resolution).
+    Merged,
+    /// Conflicts.
+    Conflict,
+    /// Applies but changes nothing.
+    Empty,
+    /// Applies but its guards are gone.
+    GuardFailed,
+}
+
+impl SyncStatus {
+    /// Report spelling.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncStatus::AlreadyUpstream => "already-upstream",
+            SyncStatus::Exact => "exact",
+            SyncStatus::Offset => "offset",
+            SyncStatus::Merged => "merged",
+            SyncStatus::Conflict => "conflict",
+            SyncStatus::Empty => "empty",
+            SyncStatus::GuardFailed => "guard-failed",
+        }
+    }
+
+    fn blocks(self) -> bool {
+        matches!(self, SyncStatus::Conflict | SyncStatus::GuardFailed)
+    }
+}
+
+/// Overall sync state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncResult {
+    /// Nothing blocks; `--write` may adopt the new upstream.
+    Ready,
+    /// A conflict or failed guard blocks the sync.
+    Blocked,
+    /// The new upstream tree equals the baseline.
+    NoUpdate,
+}
+
+/// Old and new baseline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamReport {
+    /// `owner/name`.
+    pub repository: String,
+    /// Crate name.
+    #[serde(rename = "crate")]
+    pub crate_name: String,
+    /// Baseline path.
+    pub path: String,
+    /// Registered version.
+    pub old_version: String,
+    /// `--version`, if given.
+    pub new_version: Option<String>,
+    /// Registered baseline tree.
+    pub old_tree: String,
+    /// New upstream tree.
+    pub new_tree: String,
+}
+
+/// One patch in the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatchReport {
+    /// Patch id.
+    pub id: String,
+    /// Classification.
+    pub status: SyncStatus,
+    /// Files concerned (conflicted files for a conflict, else touched files).
+    pub files: Vec<String>,
+    /// Hunks concerned (failing hunks of a conflict, shifted hunks of an offset).
+    pub hunks: Vec<String>,
+    /// Explanation.
+    pub detail: Option<String>,
+}
+
+/// The sync report (deterministic: no times, no absolute paths).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncReport {
+    /// Old and new baseline.
+    pub upstream: UpstreamReport,
+    /// Every active patch, in order.
+    pub patches: Vec<PatchReport>,
+    /// Overall state.
+    pub result: SyncResult,
+}
+
+/// A computed sync, before anything is written to the repository.
+pub struct SyncRun {
+    /// The report.
+    pub report: SyncReport,
+    /// `git range-diff` of the old and new series.
+    pub range_diff: String,
+    /// New upstream baseline commit (in the work repo).
+    pub new_base: Oid,
+    /// New baseline directory tree.
+    pub new_tree: Oid,
+    /// Re-applied patches (id, resulting tree), in order.
+    pub stack: Vec<(PatchId, Oid)>,
+}
+
+/// Which directory holds the new upstream crate.
+fn upstream_dir(dir: &Path, registry: &Registry) -> Result<PathBuf> {
+    let nested = dir.join(&registry.upstream.path);
+    if nested.is_dir() {
+        return Ok(nested);
+    }
+    if dir.is_dir() {
+        return Ok(dir.to_path_buf());
+    }
+    Err(Error::Usage(format!(
+        "--upstream {} is not a directory",
+        dir.display()
+    )))
+}
+
+/// Commits of the maintainer's `series` branch (by patch id) when that branch
+/// sits on a base whose tree equals `new_base`'s: a resolution made in the
+/// work repo after an earlier blocked sync.
+fn resolutions(repo: &Repo<'_>, new_base: &Oid) -> Result<BTreeMap<String, (Oid, Oid)>> {
+    let mut out = BTreeMap::new();
+    let Some(mut cur) = repo.resolve(SERIES_BRANCH)? else {
+        return Ok(out);
+    };
+    let mut found = Vec::new();
+    loop {
+        let info = repo.read_commit(&cur)?;
+        let ids = repo.trailer_values(&info.message, PATCH_ID_TRAILER)?;
+        match (ids.as_slice(), info.parents.as_slice()) {
+            ([id], [parent]) => {
+                found.push((id.clone(), cur.clone(), parent.clone()));
+                cur = parent.clone();
+            }
+            _ => break,
+        }
+    }
+    if repo.read_commit(&cur)?.tree == repo.read_commit(new_base)?.tree {
+        for (id, commit, parent) in found {
+            out.insert(id, (commit, parent));
+        }
+    }
+    Ok(out)
+}
+
+/// Missing symbols and seams of `entry` in `tree`.
+fn tree_guard_problems(repo: &Repo<'_>, tree: &Oid, entry: &PatchEntry) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let read = |path: &str| -> Result<Option<String>> {
+        Ok(repo
+            .read_file(tree, path)?
+            .map(|b| String::from_utf8_lossy(&b).into_owned()))
+    };
+    for s in &entry.required_symbols {
+        match read(&s.path)? {
+            None => problems.push(format!("{} no longer exists (symbol {})", s.path, s.symbol)),
+            Some(src) => match guards::has_symbol(&src, &s.symbol) {
+                Ok(true) => {}
+                Ok(false) => problems.push(format!("symbol {} missing in {}", s.symbol, s.path)),
+                Err(e) => problems.push(format!("{} {e}", s.path)),
+            },
+        }
+    }
+    for s in &entry.seams {
+        match read(&s.path)? {
+            None => problems.push(format!(
+                "{} no longer exists (seam {} → {})",
+                s.path, s.caller, s.callee
+            )),
+            Some(src) => match guards::check_seam(&src, &s.caller, &s.callee) {
+                Ok(SeamCheck::Found) => {}
+                Ok(SeamCheck::CallerMissing) => problems.push(format!(
+                    "seam {} → {}: no function {} in {}",
+                    s.caller, s.callee, s.caller, s.path
+                )),
+                Ok(SeamCheck::CallMissing) => problems.push(format!(
+                    "seam {} → {}: {} no longer calls {} in {}",
+                    s.caller, s.callee, s.caller, s.callee, s.path
+                )),
+                Err(e) => problems.push(format!("{}: {e}", s.path)),
+            },
+        }
+    }
+    Ok(problems)
+}
+
+/// In-process fit of every hunk against the files of `commit`.
+fn hunk_fits(
+    repo: &Repo<'_>,
+    commit: &Oid,
+    parsed: &ParsedPatch,
+) -> Result<Vec<(String, usize, String, HunkFit)>> {
+    let mut out = Vec::new();
+    for file in &parsed.files {
+        let content = repo
+            .read_file(commit, &file.path)?
+            .map(|b| String::from_utf8_lossy(&b).into_owned());
+        for (i, h) in file.hunks.iter().enumerate() {
+            let fit = match &content {
+                Some(c) => locate(&split_lines(c), h).0,
+                None => HunkFit::Missing,
+            };
+            out.push((file.path.clone(), i + 1, h.header(), fit));
+        }
+    }
+    Ok(out)
+}
+
+/// Whether every hunk fits exactly (file creation and deletion included).
+fn fits_exactly(repo: &Repo<'_>, commit: &Oid, parsed: &ParsedPatch) -> Result<bool> {
+    let reader: crate::exact::BaseReader<'_> = Box::new(move |path: &str| {
+        Ok(repo
+            .read_file(commit, path)?
+            .map(|b| String::from_utf8_lossy(&b).into_owned()))
+    });
+    let mut overlay = Overlay::new(reader);
+    Ok(overlay.apply(parsed, Strictness::Exact)?.is_exact())
+}
+
+/// Classifies the series against a new upstream directory.
+///
+/// # Errors
+/// An edited baseline, a registered patch that does not apply to its own
+/// baseline, git or I/O failures.
+pub fn compute(
+    ctx: &Context,
+    registry: &Registry,
+    upstream: &Path,
+    new_version: Option<&str>,
+) -> Result<SyncRun> {
+    let layout = &ctx.layout;
+    let repo = workarea::ensure_repo(&ctx.git, layout)?;
+    let old_tree = workarea::directory_tree(&repo, layout, &layout.baseline(registry))?;
+    if old_tree.as_str() != registry.upstream.tree {
+        return Err(Error::BaselineEdited {
+            path: registry.upstream.path.clone(),
+            expected: registry.upstream.tree.clone(),
+            found: old_tree.to_string(),
+        });
+    }
+    let new_dir = upstream_dir(upstream, registry)?;
+    let new_tree = workarea::directory_tree(&repo, layout, &new_dir)?;
+    let old = workarea::build_active_series(&repo, layout, registry, None)?;
+    // Give the maintainer the current series to rebase onto the new upstream,
+    // unless the work repo holds work of theirs (e.g. such a resolution).
+    if workarea::unsaved_work(&repo, old.tip())?.is_none() {
+        workarea::install_series(&repo, &old)?;
+    }
+    let label = new_version.map_or_else(|| format!("(tree {})", new_tree.short()), str::to_owned);
+    let new_base = workarea::upstream_commit(&repo, registry, &new_tree, Some(&old.base), &label)?;
+    let resolved = if new_tree == old_tree {
+        BTreeMap::new()
+    } else {
+        resolutions(&repo, &new_base)?
+    };
+
+    let mut head = new_base.clone();
+    let mut head_tree = repo.read_commit(&head)?.tree;
+    let mut patches = Vec::new();
+    let mut stack = Vec::new();
+    let active: Vec<&PatchEntry> = registry.active().collect();
+    for (i, entry) in active.iter().enumerate() {
+        let (file, bytes) = workarea::read_patch_file(&ctx.root, entry)?;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let parsed = patchfile::parse(&text).map_err(|message| Error::PatchParse {
+            id: entry.id.to_string(),
+            file: entry.file.clone(),
+            message,
+        })?;
+        let old_commit = &old.commits[i].commit;
+        let old_parent = old.prefix_tip(i);
+        let mut rep = PatchReport {
+            id: entry.id.to_string(),
+            status: SyncStatus::Exact,
+            files: parsed.paths(),
+            hunks: Vec::new(),
+            detail: None,
+        };
+        if let ApplyOutcome::Applied(_) =
+            repo.apply_patch(&head, &file, Direction::Reverse, ApplyMode::CheckOnly)?
+        {
+            rep.status = SyncStatus::AlreadyUpstream;
+            rep.detail = Some(
+                "the reverse of the patch applies: upstream already contains this change (sync --write retires it as upstreamed)".into(),
+            );
+            patches.push(rep);
+            continue;
+        }
+        let mut new_tree_for_patch = None;
+        match repo.apply_patch(&head, &file, Direction::Forward, ApplyMode::Write)? {
+            ApplyOutcome::Applied(tree) => {
+                if fits_exactly(&repo, &head, &parsed)? {
+                    rep.status = SyncStatus::Exact;
+                } else {
+                    rep.status = SyncStatus::Offset;
+                    for (path, n, header, fit) in hunk_fits(&repo, &head, &parsed)? {
+                        if let HunkFit::Offset(d) = fit {
+                            rep.hunks
+                                .push(format!("{path} hunk #{n} {header} offset {d:+}"));
+                        }
+                    }
+                    rep.detail = Some(
+                        "applies at shifted lines; --write re-exports it at the new positions"
+                            .into(),
+                    );
+                }
+                new_tree_for_patch = Some(tree);
+            }
+            ApplyOutcome::Rejected(_) => match repo.merge_tree(old_parent, &head, old_commit)? {
+                MergeOutcome::Clean(tree) => {
+                    rep.status = SyncStatus::Merged;
+                    rep.detail = Some("context changed upstream; a 3-way merge re-applied the patch (review the range-diff)".into());
+                    new_tree_for_patch = Some(tree);
+                }
+                MergeOutcome::Conflicted(files) => {
+                    rep.status = SyncStatus::Conflict;
+                    let fits = hunk_fits(&repo, &head, &parsed)?;
+                    for f in &files {
+                        let mut failing: Vec<String> = fits
+                            .iter()
+                            .filter(|(p, _, _, fit)| p == f && *fit == HunkFit::Missing)
+                            .map(|(p, n, h, _)| format!("{p} hunk #{n} {h}"))
+                            .collect();
+                        if failing.is_empty() {
+                            failing = fits
+                                .iter()
+                                .filter(|(p, ..)| p == f)
+                                .map(|(p, n, h, _)| format!("{p} hunk #{n} {h}"))
+                                .collect();
+                        }
+                        rep.hunks.extend(failing);
+                    }
+                    rep.detail = Some(format!(
+                        "patch {} conflicts with the new upstream in {}; resolve it in the work repo (docs/MAINTENANCE.md)",
+                        entry.id,
+                        files.join(", ")
+                    ));
+                    rep.files = files;
+                }
+            },
+        }
+        if let Some((commit, parent)) = resolved.get(entry.id.as_str())
+            && let MergeOutcome::Clean(tree) = repo.merge_tree(parent, &head, commit)?
+        {
+            let before = if rep.status == SyncStatus::Conflict {
+                rep.status = SyncStatus::Merged;
+                rep.files = parsed.paths();
+                "conflicted with the new upstream; ".to_owned()
+            } else {
+                rep.detail
+                    .as_ref()
+                    .map_or(String::new(), |d| format!("{d}; "))
+            };
+            rep.detail = Some(format!(
+                "{before}using the resolution committed in the work repo ({})",
+                commit.short()
+            ));
+            new_tree_for_patch = Some(tree);
+        }
+        let Some(tree) = new_tree_for_patch else {
+            patches.push(rep);
+            continue;
+        };
+        if tree == head_tree {
+            rep.status = SyncStatus::Empty;
+            rep.detail = Some("applies but changes nothing: upstream already has the effect (sync --write retires it as upstreamed)".into());
+            patches.push(rep);
+            continue;
+        }
+        let missing = tree_guard_problems(&repo, &tree, entry)?;
+        if !missing.is_empty() {
+            rep.status = SyncStatus::GuardFailed;
+            rep.detail = Some(format!(
+                "applies, but its guards are gone: {} (upstream renamed or removed what the patch relies on; adapt the patch in the work repo)",
+                missing.join("; ")
+            ));
+        }
+        let commit = repo.commit_tree(&tree, &[&head], &patchfile::render_message(entry))?;
+        stack.push((entry.id.clone(), tree.clone()));
+        head = commit;
+        head_tree = tree;
+        patches.push(rep);
+    }
+
+    repo.set_ref(SYNC_UPSTREAM_REF, &new_base, "fork: sync upstream")?;
+    repo.set_ref(SYNC_SERIES_REF, &head, "fork: sync series")?;
+    let range_diff = if old.commits.is_empty() && stack.is_empty() {
+        "(both series are empty)\n".to_owned()
+    } else {
+        repo.range_diff((&old.base, old.tip()), (&new_base, &head))?
+    };
+    let result = if new_tree == old_tree {
+        SyncResult::NoUpdate
+    } else if patches.iter().any(|p| p.status.blocks()) {
+        SyncResult::Blocked
+    } else {
+        SyncResult::Ready
+    };
+    Ok(SyncRun {
+        report: SyncReport {
+            upstream: UpstreamReport {
+                repository: registry.upstream.repository.clone(),
+                crate_name: registry.upstream.crate_name.clone(),
+                path: registry.upstream.path.clone(),
+                old_version: registry.upstream.version.clone(),
+                new_version: new_version.map(str::to_owned),
+                old_tree: old_tree.to_string(),
+                new_tree: new_tree.to_string(),
+            },
+            patches,
+            result,
+        },
+        range_diff,
+        new_base,
+        new_tree,
+        stack,
+    })
+}
+
+impl SyncReport {
+    /// Pretty JSON with a trailing newline.
+    #[must_use]
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
+    /// The Markdown summary.
+    #[must_use]
+    pub fn to_markdown(&self) -> String {
+        let u = &self.upstream;
+        let mut m = String::new();
+        let _ = writeln!(m, "# Upstream sync report: `{}`", u.crate_name);
+        m.push('\n');
+        let result = match self.result {
+            SyncResult::Ready => "ready",
+            SyncResult::Blocked => "blocked",
+            SyncResult::NoUpdate => "no_update",
+        };
+        let _ = writeln!(m, "Result: **{result}**");
+        m.push('\n');
+        let _ = writeln!(
+            m,
+            "- From {} (tree `{}`) to {} (tree `{}`)",
+            u.old_version,
+            u.old_tree,
+            u.new_version.as_deref().unwrap_or("an unnamed version"),
+            u.new_tree
+        );
+        m.push('\n');
+        if self.patches.is_empty() {
+            let _ = writeln!(m, "The series is empty.");
+        } else {
+            let _ = writeln!(m, "| id | status | files | hunks | detail |");
+            let _ = writeln!(m, "|----|--------|-------|-------|--------|");
+            for p in &self.patches {
+                let _ = writeln!(
+                    m,
+                    "| `{}` | {} | {} | {} | {} |",
+                    p.id,
+                    p.status.as_str(),
+                    p.files.join("<br>"),
+                    p.hunks.join("<br>").replace('|', "\\|"),
+                    p.detail.as_deref().unwrap_or("").replace('|', "\\|")
+                );
+            }
+        }
+        m.push('\n');
+        let next = match self.result {
+            SyncResult::Ready => {
+                "Review the range-diff, then run `scripts/fork sync --upstream DIR --write`, `scripts/fork verify`, and commit."
+            }
+            SyncResult::Blocked => {
+                "Resolve each conflict or failed guard in the work repo (see docs/MAINTENANCE.md), then re-run sync."
+            }
+            SyncResult::NoUpdate => "Nothing to do: the new upstream equals the baseline.",
+        };
+        let _ = writeln!(m, "Next: {next}");
+        m
+    }
+
+    /// A terminal table.
+    #[must_use]
+    pub fn to_table(&self) -> String {
+        let mut t = Table::new(&["id", "status", "files", "detail"]);
+        for p in &self.patches {
+            t.row(vec![
+                p.id.clone(),
+                p.status.as_str().to_owned(),
+                p.files.join(", "),
+                p.hunks
+                    .first()
+                    .cloned()
+                    .or_else(|| p.detail.clone())
+                    .unwrap_or_default(),
+            ]);
+        }
+        let mut out = if t.is_empty() {
+            "series is empty\n".to_owned()
+        } else {
+            t.render()
+        };
+        let result = match self.result {
+            SyncResult::Ready => "ready",
+            SyncResult::Blocked => "blocked",
+            SyncResult::NoUpdate => "no_update",
+        };
+        let _ = writeln!(out, "\nresult: {result}");
+        out
+    }
+}
+
+/// Paths of the Markdown summary and range-diff next to the JSON report.
+#[must_use]
+pub fn companion_paths(report: &Path) -> (PathBuf, PathBuf) {
+    let stem = report
+        .file_stem()
+        .map_or_else(|| "report".to_owned(), |s| s.to_string_lossy().into_owned());
+    let dir = report.parent().map_or_else(PathBuf::new, Path::to_path_buf);
+    (
+        dir.join(format!("{stem}.md")),
+        dir.join(format!("{stem}.range-diff.txt")),
+    )
+}
+
+/// Adopts a ready sync: new baseline, new patches, retirements, inventory.
+fn write(
+    ctx: &Context,
+    registry: &Registry,
+    run: &SyncRun,
+    version: Option<&str>,
+    commit_text: Option<&str>,
+    date: &str,
+) -> Result<Registry> {
+    let repo = workarea::ensure_repo(&ctx.git, &ctx.layout)?;
+    let mut updated = registry.clone();
+    updated.upstream.tree = run.new_tree.to_string();
+    if let Some(v) = version {
+        updated.upstream.version = v.to_owned();
+    }
+    if let Some(c) = commit_text {
+        updated.upstream.commit = c.to_owned();
+    }
+    let mut removed = Vec::new();
+    let retired_at = updated.upstream.version.clone();
+    for p in &run.report.patches {
+        if !matches!(p.status, SyncStatus::AlreadyUpstream | SyncStatus::Empty) {
+            continue;
+        }
+        let entry = updated.find_mut(&p.id)?;
+        if entry.upstream.is_empty() {
+            return Err(Error::RetireRefused {
+                id: p.id.clone(),
+                reason: "sync found it already upstream, but status `upstreamed` needs an upstream reference: \
+                         add it to `upstream` in patches.json and re-run sync --write (or retire it with --owner-decision first)"
+                    .into(),
+            });
+        }
+        entry.status = Status::Upstreamed;
+        entry.retired = Some(Retired {
+            reason: if p.status == SyncStatus::Empty {
+                "applied as an empty change on the new upstream (detected by sync)".into()
+            } else {
+                "already upstream: its reverse applies to the new upstream (detected by sync)"
+                    .into()
+            },
+            upstream_version: retired_at.clone(),
+            owner_decision: false,
+        });
+        removed.push(entry.file.clone());
+        removed.push(content_path(&p.id));
+    }
+    let export = refresh::export(&ctx.root, &repo, &updated, &run.new_base, &run.stack, date)?;
+    // Baseline: the new upstream crate, swapped in atomically.
+    let baseline_commit = repo.commit_tree(&run.new_tree, &[], "baseline\n")?;
+    let staged = StagedDir::new(&ctx.layout.baseline(registry))?;
+    repo.export_tree(&baseline_commit, staged.path())?;
+    staged.commit()?;
+    export.write(&ctx.root)?;
+    for rel in &removed {
+        fsutil::remove_file_if_present(&ctx.root.join(rel))?;
+    }
+    // Rebuild the work repo on the adopted baseline.
+    let series = workarea::build_active_series(&repo, &ctx.layout, &export.registry, None)?;
+    workarea::install_series(&repo, &series)?;
+    Ok(export.registry)
+}
+
+/// `scripts/fork sync`.
+///
+/// # Errors
+/// See [`compute`]; write failures.
+pub fn run(ctx: &Context, args: &SyncArgs) -> Result<Outcome> {
+    let registry = ctx.registry()?;
+    let date = crate::dates::resolve(args.date.as_deref())?;
+    let upstream = if args.upstream.is_absolute() {
+        args.upstream.clone()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| Error::io("reading", ".", e))?
+            .join(&args.upstream)
+    };
+    let run = compute(ctx, &registry, &upstream, args.version.as_deref())?;
+    let report_path = match &args.report {
+        Some(p) => p.clone(),
+        None => ctx.layout.sync_dir().join("report.json"),
+    };
+    let (md_path, range_path) = companion_paths(&report_path);
+    fsutil::write_atomic(&report_path, run.report.to_json().as_bytes())?;
+    fsutil::write_atomic(&md_path, run.report.to_markdown().as_bytes())?;
+    fsutil::write_atomic(&range_path, run.range_diff.as_bytes())?;
+    ui::report(&run.report.to_table());
+    ui::report(&format!(
+        "report: {}\nsummary: {}\nrange-diff: {}\n",
+        report_path.display(),
+        md_path.display(),
+        range_path.display()
+    ));
+    match run.report.result {
+        SyncResult::Blocked => {
+            if args.write {
+                ui::note(
+                    "not writing: the sync is blocked (nothing in the repository was changed)",
+                );
+            }
+            Ok(Outcome::Blocked)
+        }
+        SyncResult::NoUpdate => Ok(Outcome::Ok),
+        SyncResult::Ready if args.write => {
+            write(
+                ctx,
+                &registry,
+                &run,
+                args.version.as_deref(),
+                args.commit.as_deref(),
+                &date,
+            )?;
+            ui::report(
+                "wrote the new baseline, patches/, patches.json and FORK_PATCHES.md; now run `scripts/fork verify`\n",
+            );
+            Ok(Outcome::Ok)
+        }
+        SyncResult::Ready => {
+            ui::note("ready: re-run with --write to adopt the new upstream");
+            Ok(Outcome::Ok)
+        }
+    }
+}

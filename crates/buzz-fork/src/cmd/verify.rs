@@ -1,0 +1,487 @@
+//! `verify`: build and test the patched tree, patch by patch.
+//!
+//! 1. `apply` (work repo + patched tree).
+//! 2. Unless `--skip-prefix`, for each prefix 1..=n of the active series
+//!    (written to the tree directory in turn): `cargo check --workspace`, `cargo build
+//!    --workspace --bins`, then that patch's guard tests (`cargo test -p
+//!    <tests package> --test <target> -- --exact <fn>…`, compiled first with
+//!    `--no-run` so a compile failure is told apart from a failure).
+//! 3. The whole tree: `cargo build --workspace --bins`, then the whole suite
+//!    with the applied patches' `fixes_defects` tests skipped per target
+//!    (`--exact --skip`), then each defect test alone, which must FAIL.
+//! 4. With `--mutation`, for each patch P: the series without P, without the
+//!    patches that depend on P and without those that no longer apply; P's
+//!    guard tests run there and every guard that still passes is reported.
+//!
+//! Every cargo call uses the patched profile and the root target directory;
+//! after building, the tree's lock must hold the root lock's registry packages.
+//! Prefix and mutant trees are written to the same directory as the full tree
+//! (unchanged files keep their mtimes): cargo fingerprints units of
+//! same-layout workspaces alike, so building them from different directories
+//! into one target directory would let it reuse stale artifacts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use crate::cargo::{Cargo, TestOutcome, compare_locks};
+use crate::cli::VerifyArgs;
+use crate::cmd::apply::{Force, apply};
+use crate::cmd::{Context, Outcome};
+use crate::error::Result;
+use crate::git::{ApplyMode, ApplyOutcome, Direction, Oid};
+use crate::patchfile;
+use crate::registry::{PatchEntry, Registry, TestRef};
+use crate::tree;
+use crate::ui::{self, Table};
+use crate::workarea::{self, Series};
+
+/// One row of the verify report.
+#[derive(Debug, Clone, Default)]
+pub struct VerifyRow {
+    /// Patch id.
+    pub id: String,
+    /// Prefix build result.
+    pub prefix: String,
+    /// Guard test result at the prefix.
+    pub guards: String,
+    /// Defect tests result.
+    pub defects: String,
+    /// Mutation check result.
+    pub mutation: String,
+}
+
+/// The verify report.
+#[derive(Debug, Clone, Default)]
+pub struct VerifyReport {
+    /// Per patch rows.
+    pub rows: Vec<VerifyRow>,
+    /// Whole-suite result.
+    pub suite: String,
+    /// Problems found.
+    pub problems: Vec<String>,
+}
+
+impl VerifyReport {
+    /// Table, suite result and problems.
+    #[must_use]
+    pub fn render(&self) -> String {
+        let mut t = Table::new(&["id", "prefix build", "guards", "defects", "mutation"]);
+        for r in &self.rows {
+            t.row(vec![
+                r.id.clone(),
+                r.prefix.clone(),
+                r.guards.clone(),
+                r.defects.clone(),
+                r.mutation.clone(),
+            ]);
+        }
+        let mut out = if t.is_empty() {
+            "series is empty\n".to_owned()
+        } else {
+            t.render()
+        };
+        out.push_str(&format!("\nwhole test suite: {}\n", self.suite));
+        match ui::bullets(
+            &format!("\n{} problem(s):", self.problems.len()),
+            &self.problems,
+        ) {
+            Some(list) => out.push_str(&list),
+            None => out.push_str("\nverify passed\n"),
+        }
+        out
+    }
+}
+
+/// Groups test references by (package, target).
+fn by_target(tests: &[TestRef]) -> BTreeMap<(String, String), Vec<TestRef>> {
+    let mut out: BTreeMap<(String, String), Vec<TestRef>> = BTreeMap::new();
+    for t in tests {
+        out.entry((t.package.clone(), t.target.clone()))
+            .or_default()
+            .push(t.clone());
+    }
+    out
+}
+
+fn guard_refs(registry: &Registry, entry: &PatchEntry) -> Vec<TestRef> {
+    entry
+        .guard_tests
+        .iter()
+        .filter_map(|g| TestRef::guard(&registry.workspace.tests_package, g))
+        .collect()
+}
+
+/// Runs the guard tests of `entry` in the tree of `cargo`; returns each
+/// test with its outcome.
+fn run_guards(
+    cargo: &Cargo,
+    registry: &Registry,
+    entry: &PatchEntry,
+) -> Result<Vec<(String, TestOutcome)>> {
+    // One run per test, so each guard gets its own verdict (compilation is
+    // shared: only the first run of a target builds it).
+    let mut out = Vec::new();
+    for t in guard_refs(registry, entry) {
+        let (outcome, _) = cargo.run_named_tests(std::slice::from_ref(&t))?;
+        out.push((format!("{}::{}", t.target, t.name), outcome));
+    }
+    Ok(out)
+}
+
+fn summarize(results: &[(String, TestOutcome)]) -> String {
+    if results.is_empty() {
+        return "none".into();
+    }
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, o) in results {
+        *counts.entry(o.label()).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(k, v)| format!("{v} {k}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn lock_check(cargo: &Cargo, root: &Path, problems: &mut Vec<String>, what: &str) {
+    if let Err(e) = compare_locks(&cargo.lock_path(), &root.join("Cargo.lock")) {
+        problems.push(format!("[{what}] {e}"));
+    }
+}
+
+/// The whole suite with defect tests skipped per target.
+fn whole_suite(cargo: &Cargo, defects: &[TestRef]) -> Result<bool> {
+    if defects.is_empty() {
+        return cargo.test(&["--workspace".into(), "--no-fail-fast".into()], &[]);
+    }
+    let mut ok = true;
+    let defect_packages: BTreeSet<String> = defects.iter().map(|d| d.package.clone()).collect();
+    let all = cargo.workspace_packages()?;
+    if all.iter().any(|p| !defect_packages.contains(p)) {
+        let mut sel = vec!["--workspace".to_owned(), "--no-fail-fast".to_owned()];
+        for p in &defect_packages {
+            sel.push("--exclude".into());
+            sel.push(p.clone());
+        }
+        ok &= cargo.test(&sel, &[])?;
+    }
+    let grouped = by_target(defects);
+    for pkg in &defect_packages {
+        let targets = cargo.package_targets(pkg)?;
+        let defect_targets: BTreeSet<&str> = grouped
+            .keys()
+            .filter(|(p, _)| p == pkg)
+            .map(|(_, t)| t.as_str())
+            .collect();
+        let mut sel = vec!["-p".to_owned(), pkg.clone(), "--no-fail-fast".to_owned()];
+        let mut any = false;
+        let mut has_lib = false;
+        for (kind, name) in &targets {
+            match kind.as_str() {
+                "lib" | "rlib" | "proc-macro" | "cdylib" | "dylib" | "staticlib" => {
+                    has_lib = true;
+                    if !defect_targets.contains("lib") && !sel.contains(&"--lib".to_owned()) {
+                        sel.push("--lib".into());
+                        any = true;
+                    }
+                }
+                "bin" => {
+                    sel.push("--bin".into());
+                    sel.push(name.clone());
+                    any = true;
+                }
+                "test" if !defect_targets.contains(name.as_str()) => {
+                    sel.push("--test".into());
+                    sel.push(name.clone());
+                    any = true;
+                }
+                _ => {}
+            }
+        }
+        if any {
+            ok &= cargo.test(&sel, &[])?;
+        }
+        if has_lib {
+            ok &= cargo.test(&["-p".into(), pkg.clone(), "--doc".into()], &[])?;
+        }
+        for ((p, target), tests) in &grouped {
+            if p != pkg {
+                continue;
+            }
+            let mut sel = vec!["-p".to_owned(), pkg.clone()];
+            if target == "lib" {
+                sel.push("--lib".into());
+            } else {
+                sel.push("--test".into());
+                sel.push(target.clone());
+            }
+            let mut libtest = vec!["--exact".to_owned()];
+            for t in tests {
+                libtest.push("--skip".into());
+                libtest.push(t.name.clone());
+            }
+            ok &= cargo.test(&sel, &libtest)?;
+        }
+    }
+    Ok(ok)
+}
+
+/// The series without `excluded` patches; patches that no longer apply are
+/// dropped too. Returns the tip and the ids dropped for not applying.
+fn mutant_series(
+    ctx: &Context,
+    series: &Series,
+    patches: &[&PatchEntry],
+    excluded: &BTreeSet<String>,
+) -> Result<(Oid, Vec<String>)> {
+    let repo = workarea::open_repo(&ctx.git, &ctx.layout)?;
+    let mut head = series.base.clone();
+    let mut dropped = Vec::new();
+    for entry in patches {
+        if excluded.contains(entry.id.as_str()) {
+            continue;
+        }
+        let (file, _) = workarea::read_patch_file(&ctx.root, entry)?;
+        match repo.apply_patch(&head, &file, Direction::Forward, ApplyMode::Write)? {
+            ApplyOutcome::Applied(tree) => {
+                head = repo.commit_tree(&tree, &[&head], &patchfile::render_message(entry))?;
+            }
+            ApplyOutcome::Rejected(_) => dropped.push(entry.id.to_string()),
+        }
+    }
+    Ok((head, dropped))
+}
+
+/// Transitive dependents of `id` among `patches`.
+fn dependents(patches: &[&PatchEntry], id: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::from([id.to_owned()]);
+    loop {
+        let before = out.len();
+        for p in patches {
+            if p.depends_on.iter().any(|d| out.contains(d.as_str())) {
+                out.insert(p.id.to_string());
+            }
+        }
+        if out.len() == before {
+            return out;
+        }
+    }
+}
+
+/// Runs verify.
+///
+/// # Errors
+/// Environment errors (registry, git, cargo missing, dirty work repo, a
+/// patch that does not apply).
+pub fn verify(ctx: &Context, args: &VerifyArgs) -> Result<VerifyReport> {
+    let registry = ctx.registry()?;
+    let applied = apply(ctx, &registry, None, Force::No)?;
+    let layout = &ctx.layout;
+    let root = &ctx.root;
+    let target = layout.target_dir();
+    let active: Vec<&PatchEntry> = registry.active().collect();
+    let mut report = VerifyReport::default();
+    for entry in &active {
+        report.rows.push(VerifyRow {
+            id: entry.id.to_string(),
+            prefix: "skipped".into(),
+            guards: "skipped".into(),
+            defects: if entry.fixes_defects.is_empty() {
+                "none".into()
+            } else {
+                "not run".into()
+            },
+            mutation: "not run".into(),
+        });
+    }
+    let repo = workarea::open_repo(&ctx.git, layout)?;
+
+    // Per-prefix builds and guards.
+    if !args.skip_prefix {
+        for (i, entry) in active.iter().enumerate() {
+            ui::step(&format!("prefix {}/{}: {}", i + 1, active.len(), entry.id));
+            let dir = applied.tree.clone();
+            tree::write_tree(
+                &repo,
+                layout,
+                &registry,
+                applied.series.prefix_tip(i + 1),
+                &dir,
+            )?;
+            let cargo = Cargo::new(&dir, &target);
+            let checked = cargo.check_workspace()?;
+            lock_check(&cargo, root, &mut report.problems, entry.id.as_str());
+            let built = checked && cargo.build_bins()?;
+            let row = &mut report.rows[i];
+            if !built {
+                row.prefix = "FAIL".into();
+                row.guards = "not run".into();
+                report.problems.push(format!(
+                    "[{}] the tree up to this patch does not {}",
+                    entry.id,
+                    if checked {
+                        "build its binaries"
+                    } else {
+                        "pass cargo check"
+                    }
+                ));
+                continue;
+            }
+            row.prefix = "ok".into();
+            let results = run_guards(&cargo, &registry, entry)?;
+            row.guards = summarize(&results);
+            for (name, outcome) in &results {
+                if *outcome != TestOutcome::Passed {
+                    report.problems.push(format!(
+                        "[{}] guard {name} {} at its prefix",
+                        entry.id,
+                        outcome.label()
+                    ));
+                }
+            }
+        }
+    }
+
+    // Whole tree.
+    ui::step("whole patched tree");
+    tree::write_tree(
+        &repo,
+        layout,
+        &registry,
+        applied.series.tip(),
+        &applied.tree,
+    )?;
+    let cargo = Cargo::new(&applied.tree, &target);
+    let built = cargo.build_bins()?;
+    lock_check(&cargo, root, &mut report.problems, "tree");
+    let defects: Vec<(String, TestRef)> = active
+        .iter()
+        .flat_map(|p| {
+            p.fixes_defects
+                .iter()
+                .filter_map(|d| TestRef::defect(d).map(|t| (p.id.to_string(), t)))
+        })
+        .collect();
+    if built {
+        let refs: Vec<TestRef> = defects.iter().map(|(_, t)| t.clone()).collect();
+        let ok = whole_suite(&cargo, &refs)?;
+        report.suite = if ok { "passed".into() } else { "FAILED".into() };
+        if !ok {
+            report
+                .problems
+                .push("[tree] the whole test suite of the patched tree fails".into());
+        }
+        // Defect tests alone: each must fail now that its fix is applied.
+        let mut per_patch: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (id, t) in &defects {
+            let (outcome, _) = cargo.run_named_tests(std::slice::from_ref(t))?;
+            let name = format!("{}::{}::{}", t.package, t.target, t.name);
+            let verdict = match outcome {
+                TestOutcome::Failed => "fails as expected".to_owned(),
+                TestOutcome::Passed => {
+                    report.problems.push(format!(
+                        "[{id}] defect test {name} still passes: the patch does not fix the pinned defect"
+                    ));
+                    "STILL PASSES".to_owned()
+                }
+                other => {
+                    report
+                        .problems
+                        .push(format!("[{id}] defect test {name} {}", other.label()));
+                    other.label().to_uppercase()
+                }
+            };
+            per_patch.entry(id.clone()).or_default().push(verdict);
+        }
+        for row in &mut report.rows {
+            if let Some(v) = per_patch.get(&row.id) {
+                row.defects = v.join(", ");
+            }
+        }
+    } else {
+        report.suite = "not run (binaries do not build)".into();
+        report
+            .problems
+            .push("[tree] the patched tree does not build its binaries".into());
+    }
+
+    // Mutation check.
+    if args.mutation {
+        for (i, entry) in active.iter().enumerate() {
+            ui::step(&format!(
+                "mutation {}/{}: without {}",
+                i + 1,
+                active.len(),
+                entry.id
+            ));
+            let excluded = dependents(&active, entry.id.as_str());
+            let (tip, dropped) = mutant_series(ctx, &applied.series, &active, &excluded)?;
+            let dir = applied.tree.clone();
+            tree::write_tree(&repo, layout, &registry, &tip, &dir)?;
+            let cargo = Cargo::new(&dir, &target);
+            let _bins_built = cargo.build_bins()?;
+            let results = run_guards(&cargo, &registry, entry)?;
+            let mut also: Vec<String> = excluded
+                .iter()
+                .filter(|x| x.as_str() != entry.id.as_str())
+                .cloned()
+                .collect();
+            also.extend(dropped.iter().map(|d| format!("{d} (no longer applies)")));
+            let passing: Vec<&String> = results
+                .iter()
+                .filter(|(_, o)| *o == TestOutcome::Passed)
+                .map(|(n, _)| n)
+                .collect();
+            for name in &passing {
+                report.problems.push(format!(
+                    "[{}] guard {name} still PASSES without the patch: it does not guard it",
+                    entry.id
+                ));
+            }
+            let missing: Vec<&String> = results
+                .iter()
+                .filter(|(_, o)| *o == TestOutcome::NotFound)
+                .map(|(n, _)| n)
+                .collect();
+            for name in &missing {
+                report
+                    .problems
+                    .push(format!("[{}] guard {name} not found", entry.id));
+            }
+            let mut cell = if results.is_empty() {
+                "no guards".to_owned()
+            } else if passing.is_empty() {
+                format!("ok: {}", summarize(&results))
+            } else {
+                format!("FAIL: {}", summarize(&results))
+            };
+            if !also.is_empty() {
+                cell.push_str(&format!(" (also without {})", also.join(", ")));
+            }
+            report.rows[i].mutation = cell;
+        }
+        // Leave the full patched tree in place.
+        tree::write_tree(
+            &repo,
+            layout,
+            &registry,
+            applied.series.tip(),
+            &applied.tree,
+        )?;
+    }
+    Ok(report)
+}
+
+/// `scripts/fork verify`.
+///
+/// # Errors
+/// See [`verify`].
+pub fn run(ctx: &Context, args: &VerifyArgs) -> Result<Outcome> {
+    let report = verify(ctx, args)?;
+    ui::report(&report.render());
+    Ok(if report.problems.is_empty() {
+        Outcome::Ok
+    } else {
+        Outcome::Failed
+    })
+}

@@ -1,0 +1,228 @@
+//! Typed errors of the maintenance tool and their exit codes.
+//!
+//! Exit codes: `0` success, `1` a check or verify failure (something about the
+//! series is wrong), `2` a usage or environment error (the tool could not do
+//! its job), `3` a sync blocked by a conflict or a failed guard.
+
+use std::path::PathBuf;
+
+/// Everything that can stop a command.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `git` is not on `PATH`.
+    #[error("git was not found on PATH; install git >= {need}")]
+    GitMissing {
+        /// Minimum version the tool needs.
+        need: &'static str,
+    },
+    /// `git` is too old for `merge-tree --write-tree`.
+    #[error("git {found} is too old; the fork tool needs git >= {need} (merge-tree --write-tree)")]
+    GitTooOld {
+        /// Version reported by `git version`.
+        found: String,
+        /// Minimum version the tool needs.
+        need: &'static str,
+    },
+    /// A git subprocess failed.
+    #[error("git {cmd}: {stderr}")]
+    Git {
+        /// The git subcommand (e.g. `apply`).
+        cmd: String,
+        /// Trimmed standard error of the process.
+        stderr: String,
+    },
+    /// A git subprocess printed something the tool cannot read.
+    #[error("git {cmd}: unexpected output: {detail}")]
+    GitOutput {
+        /// The git subcommand.
+        cmd: String,
+        /// What was wrong with the output.
+        detail: String,
+    },
+    /// A file-system operation failed.
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        /// What the tool was doing, e.g. "reading".
+        action: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A child process (cargo) could not be started.
+    #[error("could not run {program}: {source}")]
+    Spawn {
+        /// Program name.
+        program: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The repository root could not be determined.
+    #[error("cannot find the repository root from {}: {detail} (pass --root DIR)", cwd.display())]
+    RootNotFound {
+        /// Current directory.
+        cwd: PathBuf,
+        /// Why.
+        detail: String,
+    },
+    /// `patches.json` does not exist.
+    #[error("registry {} does not exist", path.display())]
+    RegistryMissing {
+        /// Expected location.
+        path: PathBuf,
+    },
+    /// `patches.json` does not deserialize.
+    #[error("malformed registry {}: at `{field}`: {message}", path.display())]
+    RegistryMalformed {
+        /// Registry file.
+        path: PathBuf,
+        /// JSON path of the offending field (e.g. `patches[2].reason`).
+        field: String,
+        /// The serde message.
+        message: String,
+    },
+    /// `patches.json` deserializes but breaks a structural rule.
+    #[error("invalid registry {}: {message}", path.display())]
+    RegistryInvalid {
+        /// Registry file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A JSON document the tool owns (other than the registry) is invalid.
+    #[error("malformed {what} {}: {message}", path.display())]
+    JsonMalformed {
+        /// What kind of document.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The serde message with its field path.
+        message: String,
+    },
+    /// The root `Cargo.toml` or a `Cargo.lock` cannot be used.
+    #[error("{}: {message}", path.display())]
+    Manifest {
+        /// The manifest or lock file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The pristine upstream crate directory does not exist.
+    #[error("baseline directory {} does not exist (upstream.path in patches.json)", path.display())]
+    BaselineMissing {
+        /// Expected location.
+        path: PathBuf,
+    },
+    /// The baseline directory differs from the registered upstream tree.
+    #[error(
+        "baseline {path} has tree {found} but patches.json records upstream.tree {expected}; \
+         fork work must go into a patch or a fork crate, and the baseline changes only through `scripts/fork sync --write`"
+    )]
+    BaselineEdited {
+        /// Repo-relative baseline path.
+        path: String,
+        /// Registered tree id.
+        expected: String,
+        /// Actual tree id.
+        found: String,
+    },
+    /// A patch file is missing.
+    #[error("patch {id}: file {file} does not exist")]
+    PatchMissing {
+        /// Patch id.
+        id: String,
+        /// Registered file.
+        file: String,
+    },
+    /// A patch file does not parse.
+    #[error("patch {id}: {file} does not parse as a patch: {message}")]
+    PatchParse {
+        /// Patch id.
+        id: String,
+        /// Registered file.
+        file: String,
+        /// Parser message.
+        message: String,
+    },
+    /// A patch does not apply to the tree it should apply to.
+    #[error("patch {id} does not apply: {detail}")]
+    PatchDoesNotApply {
+        /// Patch id.
+        id: String,
+        /// git's explanation.
+        detail: String,
+    },
+    /// A patch id on the command line is not in the registry.
+    #[error("unknown patch id `{id}` (known: {known})")]
+    UnknownPatch {
+        /// Requested id.
+        id: String,
+        /// Comma-separated registered ids.
+        known: String,
+    },
+    /// The work repository holds work that an operation would discard.
+    #[error("work repo {} is dirty: {reason}", repo.display())]
+    DirtyWorkRepo {
+        /// Work repo location.
+        repo: PathBuf,
+        /// What would be lost and how to proceed.
+        reason: String,
+    },
+    /// The work repository does not exist.
+    #[error("work repo {} does not exist; run `scripts/fork apply` first", repo.display())]
+    NoWorkRepo {
+        /// Expected location.
+        repo: PathBuf,
+    },
+    /// The `series` branch cannot be mapped onto the registry.
+    #[error("series branch does not match patches.json: {detail}")]
+    SeriesMismatch {
+        /// What does not match.
+        detail: String,
+    },
+    /// The patched tree resolved different registry packages than the root lock.
+    #[error("the patched tree must build with the root lock: {detail}")]
+    LockMismatch {
+        /// Added and removed packages.
+        detail: String,
+    },
+    /// `retire` refused.
+    #[error("cannot retire {id}: {reason}")]
+    RetireRefused {
+        /// Patch id.
+        id: String,
+        /// Why.
+        reason: String,
+    },
+    /// A command-line value is not acceptable.
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl Error {
+    /// The process exit code for this error.
+    #[must_use]
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::PatchDoesNotApply { .. }
+            | Error::LockMismatch { .. }
+            | Error::RetireRefused { .. }
+            | Error::BaselineEdited { .. } => 1,
+            _ => 2,
+        }
+    }
+
+    /// Shorthand for an I/O error with its action and path.
+    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

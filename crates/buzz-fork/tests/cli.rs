@@ -1,0 +1,162 @@
+//! The real binary: exit codes and error messages.
+
+mod common;
+
+use common::{Fixture, redact, run_bin, run_bin_env, write};
+
+#[test]
+fn check_and_status_on_a_healthy_root() {
+    let f = Fixture::new();
+    f.add_resume_patch();
+    let (code, out, _) = run_bin(&f.root, &["check"]);
+    assert_eq!(code, 0, "{out}");
+    insta::assert_snapshot!(out, @r"
+    id             | apply | paths | symbols/seams | guards | notes
+    ---------------|-------|-------|---------------|--------|------
+    session-resume | exact | ok    | ok            | ok     |
+
+    check passed
+    ");
+    let (code, out, _) = run_bin(&f.root, &["status"]);
+    assert_eq!(code, 0);
+    insta::assert_snapshot!(out, @r"
+    id             | status  | reason       | applies | guards
+    ---------------|---------|--------------|---------|-------------------------
+    session-resume | carried | upstreamable | yes     | 1 test(s), 1 snapshot(s)
+    ");
+}
+
+#[test]
+fn check_failure_exits_1_with_a_table_and_problems() {
+    let f = Fixture::new();
+    f.add_resume_patch();
+    write(
+        &f.root.join("patches/session-resume.patch"),
+        "this is not a patch\n",
+    );
+    let (code, out, _) = run_bin(&f.root, &["check"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("| FAIL "), "{out}");
+    assert!(
+        out.contains("[session-resume] patches/session-resume.patch does not parse as a patch"),
+        "{out}"
+    );
+    // Commands that need the series fail clearly with exit 2.
+    let (code, _, err) = run_bin(&f.root, &["apply"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "error: patch session-resume: patches/session-resume.patch does not parse as a patch"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn malformed_registry_names_the_field() {
+    let f = Fixture::new();
+    f.add_resume_patch();
+    let text = f
+        .read("patches.json")
+        .replace("\"reason\": \"upstreamable\"", "\"reason\": \"someday\"");
+    write(&f.root.join("patches.json"), &text);
+    let (code, _, err) = run_bin(&f.root, &["check"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("malformed registry"), "{err}");
+    assert!(err.contains("at `patches[0].reason`"), "{err}");
+    assert!(err.contains("unknown variant `someday`"), "{err}");
+
+    let text = f.read("patches.json").replace(
+        "\"reason\": \"someday\"",
+        "\"reason\": \"upstreamable\", \"owner\": \"me\"",
+    );
+    write(&f.root.join("patches.json"), &text);
+    let (code, _, err) = run_bin(&f.root, &["status"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("at `patches[0].owner`: unknown field `owner`"),
+        "{err}"
+    );
+
+    let text = f
+        .read("patches.json")
+        .replace("\"owner\": \"me\"", "\"upstream\": [\"nope\"]")
+        .replace("\"upstream\": [],", "");
+    write(&f.root.join("patches.json"), &text);
+    let (code, _, err) = run_bin(&f.root, &["status"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("invalid registry") && err.contains("patches[0] (session-resume).upstream"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_registry_and_missing_baseline_exit_2() {
+    let f = Fixture::new();
+    std::fs::remove_dir_all(f.root.join("crates/up")).unwrap();
+    let (code, _, err) = run_bin(&f.root, &["check"]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        redact(&err, &f.root).trim(),
+        "error: baseline directory <root>/crates/up does not exist (upstream.path in patches.json)"
+    );
+    std::fs::remove_file(f.root.join("patches.json")).unwrap();
+    let (code, _, err) = run_bin(&f.root, &["status"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("patches.json does not exist"), "{err}");
+}
+
+#[test]
+fn unknown_patch_id_and_usage_errors_exit_2() {
+    let f = Fixture::new();
+    f.add_resume_patch();
+    let (code, _, err) = run_bin(&f.root, &["retire", "nope"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("unknown patch id `nope` (known: session-resume)"),
+        "{err}"
+    );
+    let (code, _, _) = run_bin(&f.root, &["frobnicate"]);
+    assert_eq!(code, 2);
+    let (code, _, err) = run_bin(&f.root, &["refresh", "--date", "yesterday"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not YYYY-MM-DD"), "{err}");
+}
+
+#[test]
+fn git_missing_or_too_old_exits_2() {
+    let f = Fixture::new();
+    let empty = tempfile::tempdir().unwrap();
+    let path = empty.path().to_str().unwrap();
+    let (code, _, err) = run_bin_env(&f.root, &["status"], &[("PATH", path)]);
+    assert_eq!(code, 2);
+    assert!(err.contains("git was not found on PATH"), "{err}");
+    let fake = empty.path().join("git");
+    write(&fake, "#!/bin/sh\necho 'git version 2.30.1'\n");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let (code, _, err) = run_bin_env(&f.root, &["status"], &[("PATH", path)]);
+    assert_eq!(code, 2);
+    assert!(err.contains("git 2.30.1 is too old"), "{err}");
+}
+
+#[test]
+fn root_defaults_to_the_git_toplevel() {
+    let f = Fixture::new();
+    common::git(&f.root, &["init", "-q"]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_buzz-fork"))
+        .arg("status")
+        .current_dir(f.root.join("crates/up/src"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "series is empty\n");
+}

@@ -1,0 +1,383 @@
+//! The drift corpus (`tests/drift/<case>/` at the repository root): every
+//! sync classification, plus `--write`, blocked writes and the conflict
+//! resolution flow.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use buzz_fork::Context;
+use buzz_fork::cmd::sync::{self, SyncResult, SyncStatus};
+use common::{git, run_bin, write};
+
+fn corpus(case: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/drift")
+        .join(case)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    buzz_fork::fsutil::copy_dir(from, to).unwrap();
+}
+
+/// A scratch root holding the case's baseline, registry and patches.
+fn setup(case: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let src = corpus(case);
+    copy_dir(&src.join("base"), &root.join("crates/buzz-acp"));
+    copy_dir(&src.join("patches"), &root.join("patches"));
+    std::fs::copy(src.join("patches.json"), root.join("patches.json")).unwrap();
+    write(&root.join(".gitignore"), "/target\n");
+    for id in ["session_store_resume", "fresh_session_reset"] {
+        write(
+            &root.join(format!("tests/snapshots/{id}__guard.snap")),
+            "---\n---\nok\n",
+        );
+    }
+    (dir, root)
+}
+
+fn classify(case: &str) -> sync::SyncReport {
+    let (_dir, root) = setup(case);
+    let ctx = Context::new(Some(&root)).unwrap();
+    let registry = ctx.registry().unwrap();
+    let run = sync::compute(
+        &ctx,
+        &registry,
+        &corpus(case).join("upstream"),
+        Some("0.9.1"),
+    )
+    .unwrap();
+    assert!(!run.range_diff.is_empty());
+    run.report
+}
+
+fn statuses(report: &sync::SyncReport) -> Vec<(String, SyncStatus)> {
+    report
+        .patches
+        .iter()
+        .map(|p| (p.id.clone(), p.status))
+        .collect()
+}
+
+fn expect(
+    case: &str,
+    first: SyncStatus,
+    second: SyncStatus,
+    result: SyncResult,
+) -> sync::SyncReport {
+    let report = classify(case);
+    assert_eq!(
+        statuses(&report),
+        vec![
+            ("session-store-resume".to_owned(), first),
+            ("fresh-session-reset".to_owned(), second)
+        ],
+        "{}",
+        report.to_json()
+    );
+    assert_eq!(report.result, result, "{}", report.to_json());
+    report
+}
+
+#[test]
+fn exact() {
+    let r = expect(
+        "exact",
+        SyncStatus::Exact,
+        SyncStatus::Exact,
+        SyncResult::Ready,
+    );
+    insta::assert_json_snapshot!("drift_exact", r);
+}
+
+#[test]
+fn benign_line_shift_is_offset() {
+    let r = expect(
+        "offset",
+        SyncStatus::Offset,
+        SyncStatus::Offset,
+        SyncResult::Ready,
+    );
+    assert_eq!(
+        r.patches[0].hunks,
+        vec!["crates/buzz-acp/src/pool.rs hunk #1 @@ -19,6 +19,10 @@ offset +4"]
+    );
+    insta::assert_json_snapshot!("drift_offset", r);
+}
+
+#[test]
+fn edit_beside_a_hunk_is_merged() {
+    let r = expect(
+        "merged",
+        SyncStatus::Merged,
+        SyncStatus::Exact,
+        SyncResult::Ready,
+    );
+    insta::assert_json_snapshot!("drift_merged", r);
+}
+
+#[test]
+fn conflicting_edit_names_patch_file_and_hunk() {
+    let r = expect(
+        "conflict",
+        SyncStatus::Conflict,
+        SyncStatus::Offset,
+        SyncResult::Blocked,
+    );
+    let p = &r.patches[0];
+    assert_eq!(p.files, vec!["crates/buzz-acp/src/pool.rs"]);
+    assert_eq!(
+        p.hunks,
+        vec!["crates/buzz-acp/src/pool.rs hunk #1 @@ -19,6 +19,10 @@"]
+    );
+    assert!(
+        p.detail
+            .as_deref()
+            .unwrap()
+            .contains("patch session-store-resume conflicts")
+    );
+    insta::assert_json_snapshot!("drift_conflict", r);
+}
+
+#[test]
+fn upstream_adopting_a_patch_is_already_upstream() {
+    let r = expect(
+        "already-upstream",
+        SyncStatus::AlreadyUpstream,
+        SyncStatus::Exact,
+        SyncResult::Ready,
+    );
+    insta::assert_json_snapshot!("drift_already_upstream", r);
+}
+
+#[test]
+fn renamed_callee_without_textual_conflict_is_guard_failed() {
+    let r = expect(
+        "guard-failed",
+        SyncStatus::Exact,
+        SyncStatus::GuardFailed,
+        SyncResult::Blocked,
+    );
+    assert!(
+        r.patches[1]
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("symbol Pool::invalidate_for_fresh_session missing")
+    );
+    insta::assert_json_snapshot!("drift_guard_failed", r);
+}
+
+#[test]
+fn adopted_change_with_moved_context_is_empty() {
+    let r = expect(
+        "empty",
+        SyncStatus::Exact,
+        SyncStatus::Empty,
+        SyncResult::Ready,
+    );
+    insta::assert_json_snapshot!("drift_empty", r);
+}
+
+#[test]
+fn same_tree_is_no_update() {
+    let (_dir, root) = setup("exact");
+    let ctx = Context::new(Some(&root)).unwrap();
+    let registry = ctx.registry().unwrap();
+    let run = sync::compute(&ctx, &registry, &corpus("exact").join("base"), None).unwrap();
+    assert_eq!(run.report.result, SyncResult::NoUpdate);
+}
+
+#[test]
+fn write_adopts_a_shifted_upstream_and_check_passes() {
+    let (_dir, root) = setup("offset");
+    // A checkout root containing the crate at its path is accepted too.
+    let checkout = tempfile::tempdir().unwrap();
+    copy_dir(
+        &corpus("offset").join("upstream"),
+        &checkout.path().join("crates/buzz-acp"),
+    );
+    let report = root.join("out/sync.json");
+    let (code, out, err) = run_bin(
+        &root,
+        &[
+            "sync",
+            "--upstream",
+            checkout.path().to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+            "--write",
+            "--version",
+            "0.9.1",
+            "--commit",
+            "v0.9.1",
+            "--date",
+            "2027-01-01",
+        ],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    for f in ["out/sync.json", "out/sync.md", "out/sync.range-diff.txt"] {
+        assert!(root.join(f).is_file(), "{f}");
+    }
+    let json = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        !json.contains(&root.display().to_string()),
+        "no absolute paths"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("crates/buzz-acp/src/pool.rs")).unwrap(),
+        std::fs::read_to_string(corpus("offset").join("upstream/src/pool.rs")).unwrap()
+    );
+    let reg = buzz_fork::registry::Registry::load(&root).unwrap();
+    assert_eq!(reg.upstream.version, "0.9.1");
+    assert_eq!(reg.upstream.commit, "v0.9.1");
+    // Offsets are mechanical: Last-Update stays.
+    assert!(reg.patches.iter().all(|p| p.last_update == "2026-11-30"));
+    let patch = std::fs::read_to_string(root.join("patches/session-store-resume.patch")).unwrap();
+    assert!(patch.contains("@@ -23,6 +23,10 @@"), "{patch}");
+    let (code, out, _) = run_bin(&root, &["check"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out, _) = run_bin(&root, &["refresh", "--dry-run"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("nothing to write"), "{out}");
+}
+
+#[test]
+fn blocked_sync_writes_nothing_and_exits_3() {
+    let (_dir, root) = setup("conflict");
+    let before_patch = std::fs::read(root.join("patches/session-store-resume.patch")).unwrap();
+    let before_pool = std::fs::read(root.join("crates/buzz-acp/src/pool.rs")).unwrap();
+    let before_reg = std::fs::read(root.join("patches.json")).unwrap();
+    let upstream = corpus("conflict").join("upstream");
+    let (code, out, _) = run_bin(
+        &root,
+        &["sync", "--upstream", upstream.to_str().unwrap(), "--write"],
+    );
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("result: blocked"), "{out}");
+    assert_eq!(
+        std::fs::read(root.join("patches/session-store-resume.patch")).unwrap(),
+        before_patch
+    );
+    assert_eq!(
+        std::fs::read(root.join("crates/buzz-acp/src/pool.rs")).unwrap(),
+        before_pool
+    );
+    assert_eq!(
+        std::fs::read(root.join("patches.json")).unwrap(),
+        before_reg
+    );
+    let md = std::fs::read_to_string(root.join("target/fork-work/sync/report.md")).unwrap();
+    assert!(md.contains("| `session-store-resume` | conflict |"), "{md}");
+}
+
+#[test]
+fn conflict_resolved_in_the_work_repo_is_adopted_by_write() {
+    let (_dir, root) = setup("conflict");
+    let upstream = corpus("conflict").join("upstream");
+    let up = upstream.to_str().unwrap();
+    let (code, ..) = run_bin(&root, &["sync", "--upstream", up]);
+    assert_eq!(code, 3);
+    // The maintainer rebases the series onto the imported upstream and
+    // resolves the conflict by hand.
+    let repo = root.join("target/fork-work/repo");
+    let rebase = std::process::Command::new("git")
+        .args([
+            "rebase",
+            "--onto",
+            "refs/fork/sync/upstream",
+            "refs/fork/upstream-head",
+            "series",
+        ])
+        .current_dir(&repo)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "Dev")
+        .env("GIT_AUTHOR_EMAIL", "dev@example.invalid")
+        .env("GIT_COMMITTER_NAME", "Dev")
+        .env("GIT_COMMITTER_EMAIL", "dev@example.invalid")
+        .output()
+        .unwrap();
+    assert!(!rebase.status.success(), "the rebase stops on the conflict");
+    let resolved = std::fs::read_to_string(upstream.join("src/pool.rs")).unwrap().replace(
+        "    pub fn ensure_session(&mut self, channel: &str) -> u64 {\n",
+        "    pub fn ensure_session(&mut self, channel: &str) -> u64 {\n        if let Some(id) = crate::resume::plan_resume(channel) {\n            self.sessions.insert(channel.to_owned(), id);\n            return id;\n        }\n",
+    );
+    write(&repo.join("crates/buzz-acp/src/pool.rs"), &resolved);
+    git(&repo, &["add", "-A"]);
+    let cont = std::process::Command::new("git")
+        .args(["-c", "core.editor=true", "rebase", "--continue"])
+        .current_dir(&repo)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_EDITOR", "true")
+        .env("GIT_AUTHOR_NAME", "Dev")
+        .env("GIT_AUTHOR_EMAIL", "dev@example.invalid")
+        .env("GIT_COMMITTER_NAME", "Dev")
+        .env("GIT_COMMITTER_EMAIL", "dev@example.invalid")
+        .output()
+        .unwrap();
+    assert!(
+        cont.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cont.stderr)
+    );
+    let (code, out, err) = run_bin(
+        &root,
+        &[
+            "sync",
+            "--upstream",
+            up,
+            "--write",
+            "--version",
+            "0.9.1",
+            "--date",
+            "2027-01-01",
+        ],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    let report: sync::SyncReport = serde_json::from_str(
+        &std::fs::read_to_string(root.join("target/fork-work/sync/report.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(report.patches[0].status, SyncStatus::Merged);
+    assert!(
+        report.patches[0]
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("resolution committed in the work repo")
+    );
+    let (code, out, _) = run_bin(&root, &["check"]);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn already_upstream_write_needs_an_upstream_reference_then_retires() {
+    let (_dir, root) = setup("already-upstream");
+    let up = corpus("already-upstream").join("upstream");
+    let up = up.to_str().unwrap();
+    let (code, _, err) = run_bin(&root, &["sync", "--upstream", up, "--write"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("needs an upstream reference"), "{err}");
+    let mut reg = buzz_fork::registry::Registry::load(&root).unwrap();
+    reg.patches[0].upstream = vec!["block/buzz#6088".into()];
+    reg.save(&root).unwrap();
+    let (code, out, err) = run_bin(
+        &root,
+        &["sync", "--upstream", up, "--write", "--version", "0.10.0"],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    let reg = buzz_fork::registry::Registry::load(&root).unwrap();
+    assert_eq!(reg.patches[0].status.as_str(), "upstreamed");
+    assert_eq!(
+        reg.patches[0].retired.as_ref().unwrap().upstream_version,
+        "0.10.0"
+    );
+    assert!(!root.join("patches/session-store-resume.patch").exists());
+    // The retired patch's guard snapshot may stay (only dropped ones must go).
+    let (code, out, _) = run_bin(&root, &["check"]);
+    assert_eq!(code, 0, "{out}");
+}

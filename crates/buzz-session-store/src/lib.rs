@@ -1,0 +1,69 @@
+//! Durable session receipts for the buzz-acp fork.
+//!
+//! Upstream buzz-acp only ever calls `session/new`, so every live session dies when the worker pool
+//! sleeps or the process restarts (#5342, #6381). This crate holds the logic that lets the harness
+//! restore the previous session instead; the buzz-acp patches stay small and call it.
+//!
+//! | module | job |
+//! |---|---|
+//! | [`key`] | [`ScopeKey`] (channel or thread) and [`KeyScheme`] (per channel as upstream #6088, or per scope) |
+//! | [`record`] | [`SessionRecord`]: session id, applied and requested configuration, delivery ledger |
+//! | [`store`] | [`SessionStore`]: the locked, atomic, owner-only JSON file |
+//! | [`resume`] | [`plan_resume`] and [`classify_load_failure`]: the restart lifecycle contract |
+//! | [`fresh`] | [`FreshRequests`]: one-shot `_meta.freshSession` after `!rotate` (#6103) |
+//! | [`gate`] | [`restore_method`] / [`may_close`]: never call a method the agent did not advertise |
+//! | [`delivery`] | [`bound_delivered`]: keep the persisted delivery ledger small |
+//!
+//! # Lifecycle contract (what the harness does with a receipt)
+//!
+//! * **Write** after `session/new` succeeds: the id, the model and permission mode actually
+//!   applied, and the ones requested. Commit the delivery ledger after each successful turn with
+//!   [`SessionStore::commit_delivery`], which ignores late commits for a replaced session.
+//! * **Restore** before `session/new` when [`plan_resume`] says [`ResumePlan::Load`] and
+//!   [`restore_method`] allows it. A restored session gets a fresh delivery state, no zero-usage
+//!   baseline, and no re-applied model. Replayed `session/update` lines must stay out of the
+//!   observer / relay-publish path during the load window (#2633 item 12).
+//! * **Remove** on every in-process decision to abandon a session (`!rotate` busy or idle, model
+//!   switch, max-turns or max-tokens rotation), in the same seam that drops the live session, so
+//!   memory and disk change together (#6088 item 2); and on a [`LoadVerdict::Gone`] failure —
+//!   with [`SessionStore::remove_if_session`] when another process may have written a newer one.
+//!   A rotation also calls [`FreshRequests::request`] (#6103).
+//! * **Keep** on agent death (exit, hard timeout) and on a [`LoadVerdict::Indeterminate`] failure:
+//!   death and uncertainty are not decisions to start over. A receipt the harness decided to keep
+//!   must not be overwritten by a `put` a few statements later (#2633 item 13): an indeterminate
+//!   failure opens no session at all.
+//! * **Never store** heartbeat sessions: they are ephemeral by design (#2633 item 17), and
+//!   [`ScopeKey`] has no heartbeat variant to store them under.
+//!
+//! The state directory must be on persistent storage (a mounted volume on an ephemeral pod), or
+//! the receipts die with the container exactly like the live sessions did (#6088 item 6).
+//!
+//! The store is an optimisation: no store problem may prevent a turn. Reads never fail (they
+//! degrade to "no record"); writes return a typed [`StoreError`] that the caller logs and ignores.
+//! Store calls block on file I/O (and at most a few seconds on the writer lock), so async callers
+//! should run them off the reactor threads.
+
+pub mod delivery;
+pub mod fresh;
+pub mod gate;
+pub mod key;
+pub mod record;
+pub mod resume;
+pub mod store;
+
+mod format;
+mod fsio;
+
+#[cfg(test)]
+mod test_support;
+
+pub use delivery::{MAX_DELIVERED_IDS_PER_SCOPE, bound_delivered};
+pub use fresh::FreshRequests;
+pub use gate::{AgentCaps, RestoreMethod, may_close, restore_method};
+pub use key::{KeyError, KeyScheme, ScopeKey};
+pub use record::{DeliveryRecord, SessionRecord};
+pub use resume::{
+    Compat, FreshReason, LoadVerdict, ResumePlan, classify_load_failure, indeterminate_notice,
+    plan_resume,
+};
+pub use store::{MAX_STORE_BYTES, SessionStore, StoreError, StoreScope, StoreStatus};
