@@ -366,6 +366,9 @@ impl<R: Relay> Harness<R> {
 
     fn dispatch(&mut self) {
         let now = Instant::now();
+        // Spawn at most one worker per batch that is waiting for one.
+        let mut spawning = self.pool.spawning_count();
+        let mut waiting = 0;
         for scope in self.queue.ready_scopes() {
             match self.pool.try_claim(&scope, now) {
                 Claim::Agent(agent) => {
@@ -376,8 +379,14 @@ impl<R: Relay> Harness<R> {
                     self.start_turn(agent, batch);
                 }
                 Claim::Hold => {}
-                Claim::Spawn(slot) => self.start_spawn(slot),
-                Claim::Busy => {}
+                Claim::Spawn(slot) => {
+                    waiting += 1;
+                    if spawning < waiting {
+                        self.start_spawn(slot);
+                        spawning += 1;
+                    }
+                }
+                Claim::Busy => waiting += 1,
             }
         }
     }

@@ -1,0 +1,229 @@
+//! Guards of patch `session-store-resume` (port of block/buzz#6088 with the
+//! corrections of #6990, #2633 and #6103).
+//!
+//! After a restart, a scope with a durable receipt is resumed with
+//! `session/load` instead of a second `session/new`; definitive and
+//! indeterminate load failures are told apart; replayed history never reaches
+//! the observer or the relay; every in-process decision to abandon a session
+//! removes its receipt, while agent death keeps it.
+
+use buzz_acp_fork_tests::*;
+
+/// run → stop → restart → mention: the second process loads the first
+/// session, opens no second session, and the agent remembers the earlier turn.
+#[test]
+fn restart_resumes_the_stored_session() {
+    let (_dir, mut s) = scenario();
+    let root = s.post_top("Plan the release. remember alpha-7301").unwrap();
+    run_once(&s, &[], &[]);
+    let r1 = s.reply_to(&root.id).expect("first reply");
+    let first = session_order(&wire(&s));
+    assert_eq!(first.len(), 1);
+
+    let q = s.post_reply(&root, &r1, "What did I ask you to remember?").unwrap();
+    run_once(&s, &[], &[]);
+    let r2 = s.reply_to(&q.id).expect("reply after restart");
+
+    let frames = wire(&s);
+    assert_eq!(count_method(&frames, "session/new"), 1, "no second session/new");
+    let loads = requests_of(&frames, "session/load");
+    assert_eq!(loads.len(), 1);
+    assert_eq!(loads[0].params["sessionId"], first[0].as_str());
+    assert_eq!(turns(&r2), 2, "the loaded session remembers the first turn");
+    assert!(r2.content.contains("alpha-7301"));
+    insta::assert_json_snapshot!("restart_wire_log", wire_view(&s));
+    insta::assert_json_snapshot!("restart_store_file", store_view(&s));
+}
+
+/// The agent no longer knows the stored session (-32002): the receipt is
+/// forgotten and a fresh session replaces it in the same turn.
+#[test]
+fn session_gone_falls_back_to_session_new_and_replaces_the_receipt() {
+    let (_dir, mut s) = scenario();
+    let root = s.post_top("first").unwrap();
+    run_once(&s, &[], &[]);
+    let r1 = s.reply_to(&root.id).unwrap();
+    let before = stored_sessions(&s);
+
+    let q = s.post_reply(&root, &r1, "second").unwrap();
+    run_once(&s, &["--load-error", "-32002"], &[]);
+    let r2 = s.reply_to(&q.id).expect("the turn is not lost");
+
+    let frames = wire(&s);
+    assert_eq!(count_method(&frames, "session/load"), 1);
+    assert_eq!(count_method(&frames, "session/new"), 2);
+    assert_eq!(turns(&r2), 1);
+    let after = stored_sessions(&s);
+    assert_eq!(after.len(), 1);
+    assert_ne!(after.values().next(), before.values().next(), "receipt replaced");
+}
+
+/// An indeterminate failure (here: authentication required, -32000) keeps the
+/// receipt, opens no competing session, tells the channel what happened, and
+/// retries the event later: once the agent can load again, it is answered on
+/// the original session.
+#[test]
+fn indeterminate_load_failure_keeps_the_receipt_and_retries_later() {
+    let (_dir, mut s) = scenario();
+    let root = s.post_top("remember alpha-7301").unwrap();
+    run_once(&s, &[], &[]);
+    let r1 = s.reply_to(&root.id).unwrap();
+    let receipt = stored_sessions(&s);
+
+    let q = s.post_reply(&root, &r1, "still there?").unwrap();
+    let running = start(&s, &["--load-error", "-32000"], &[]);
+    let notice = s.wait_for_reply(&q.id, WAIT).expect("an actionable notice");
+    running.stop().unwrap();
+    assert!(notice.content.contains("retry"), "{}", notice.content);
+    assert_eq!(reply_turns(&notice), None, "a notice, not an answer");
+    let frames = wire(&s);
+    assert_eq!(count_method(&frames, "session/new"), 1, "no competing session");
+    assert_eq!(stored_sessions(&s), receipt, "receipt kept");
+
+    // The agent can load again: the event is answered, not lost.
+    run_once(&s, &[], &[]);
+    let answer = s
+        .replies()
+        .into_iter()
+        .filter(|r| r.thread_refs().reply.as_deref() == Some(q.id.as_str()))
+        .find(|r| reply_turns(r).is_some())
+        .expect("the retried event is answered");
+    assert_eq!(turns(&answer), 2);
+    assert_eq!(count_method(&wire(&s), "session/new"), 1);
+}
+
+/// The history an agent replays while loading is consumed: it reaches neither
+/// the observer log nor the relay (#2633).
+#[test]
+fn replayed_history_never_reaches_the_observer_or_the_relay() {
+    let (_dir, mut s) = scenario();
+    let root = s.post_top("one").unwrap();
+    run_once(&s, &[], &[]);
+    let r1 = s.reply_to(&root.id).unwrap();
+    let q = s.post_reply(&root, &r1, "two").unwrap();
+    run_once(&s, &[], &[]);
+    let r2 = s.reply_to(&q.id).unwrap();
+    let events_before = s.events().len();
+    let q3 = s.post_reply(&root, &r2, "three").unwrap();
+    run_once(&s, &[], &[]);
+    assert!(s.reply_to(&q3.id).is_some());
+
+    // Two loads replayed 1 and 2 earlier turns: their user chunks never show.
+    assert_eq!(count_method(&wire(&s), "session/load"), 2);
+    assert_eq!(observed_updates(&s, "user_message_chunk"), 0);
+    // The live turns' own agent chunks are observed as usual.
+    assert!(observed_updates(&s, "agent_message_chunk") >= 6);
+    // Only the question and its answer were added to the relay.
+    assert_eq!(s.events().len(), events_before + 2);
+}
+
+/// `!rotate` removes the receipt in the same step that drops the session,
+/// and the next `session/new` asks channel-keyed gateways for a fresh
+/// session exactly once (#6103).
+#[test]
+fn rotate_forgets_the_receipt_and_requests_a_fresh_session_once() {
+    let (_dir, mut s) = scenario();
+    let running = start(&s, &[], &[]);
+    let root = s.post_top("start").unwrap();
+    let r1 = s.wait_for_reply(&root.id, WAIT).unwrap();
+    assert_eq!(stored_sessions(&s).len(), 1);
+    let rot = s.post_reply_as(OWNER, &root, &r1, "!rotate").unwrap();
+    s.wait_for_reply(&rot.id, WAIT).expect("rotate notice");
+    assert!(stored_sessions(&s).is_empty(), "receipt removed with the session");
+    let q2 = s.post_reply(&root, &r1, "again").unwrap();
+    let r2 = s.wait_for_reply(&q2.id, WAIT).unwrap();
+    let q3 = s.post_reply(&root, &r2, "and again").unwrap();
+    s.wait_for_reply(&q3.id, WAIT).unwrap();
+    running.stop().unwrap();
+
+    let news = requests_of(&wire(&s), "session/new")
+        .into_iter()
+        .map(|f| f.params["_meta"].clone())
+        .collect::<Vec<_>>();
+    assert_eq!(news.len(), 2);
+    assert_eq!(news[0]["freshSession"], serde_json::Value::Null);
+    assert_eq!(news[1]["freshSession"], true);
+    assert_eq!(news[0]["channelId"], buzz_acp::testing::GENERAL);
+    assert_eq!(turns(&r2), 1);
+    assert_eq!(stored_sessions(&s).len(), 1, "the new session has a receipt");
+}
+
+/// Proactive rotation (`--max-turns-per-session`) abandons the session: the
+/// receipt written at `session/new` goes when the session is rotated, so a
+/// restart does not bring the maxed-out session back.
+#[test]
+fn max_turn_rotation_forgets_the_receipt() {
+    let (_dir, mut s) = scenario();
+    let running = start(&s, &[], &["--max-turns-per-session", "2"]);
+    let root = s.post_top("one").unwrap();
+    let r1 = s.wait_for_reply(&root.id, WAIT).unwrap();
+    assert_eq!(stored_sessions(&s).len(), 1, "receipt written at session/new");
+    let q2 = s.post_reply(&root, &r1, "two").unwrap();
+    let r2 = s.wait_for_reply(&q2.id, WAIT).unwrap();
+    running.stop().unwrap();
+    assert!(stored_sessions(&s).is_empty(), "rotation removed the receipt");
+
+    let q3 = s.post_reply(&root, &r2, "three").unwrap();
+    run_once(&s, &[], &["--max-turns-per-session", "2"]);
+    let frames = wire(&s);
+    assert_eq!(count_method(&frames, "session/load"), 0);
+    assert_eq!(count_method(&frames, "session/new"), 2);
+    assert_eq!(turns(&s.reply_to(&q3.id).unwrap()), 1);
+}
+
+/// Agent death is not a decision to start over: the receipt stays, and the
+/// respawned worker loads the session again.
+#[test]
+fn agent_death_keeps_the_receipt_and_the_respawn_loads_it() {
+    let (_dir, mut s) = scenario();
+    let agent_args = ["--exit-on-method", "session/prompt", "--exit-on-request", "2"];
+    let running = start(&s, &agent_args, &[]);
+    let root = s.post_top("remember alpha-7301").unwrap();
+    let r1 = s.wait_for_reply(&root.id, WAIT).unwrap();
+    let q = s.post_reply(&root, &r1, "still there?").unwrap();
+    let r2 = s.wait_for_reply(&q.id, WAIT).expect("reply after respawn");
+    running.stop().unwrap();
+    let frames = wire(&s);
+    assert_eq!(count_method(&frames, "session/new"), 1);
+    assert_eq!(count_method(&frames, "session/load"), 1);
+    assert_eq!(turns(&r2), 2);
+}
+
+/// `--no-resume-sessions` restores upstream behaviour: no store, no load.
+#[test]
+fn no_resume_sessions_restores_upstream_behaviour() {
+    let (_dir, mut s) = scenario();
+    let root = s.post_top("one").unwrap();
+    run_once(&s, &[], &["--no-resume-sessions"]);
+    let r1 = s.reply_to(&root.id).unwrap();
+    let q = s.post_reply(&root, &r1, "two").unwrap();
+    run_once(&s, &[], &["--no-resume-sessions"]);
+    let frames = wire(&s);
+    assert_eq!(count_method(&frames, "session/load"), 0);
+    assert_eq!(count_method(&frames, "session/new"), 2);
+    assert_eq!(turns(&s.reply_to(&q.id).unwrap()), 1);
+    assert!(store_json(&s).is_none(), "nothing is written");
+}
+
+/// A loaded session gets no zero-usage baseline and no initial message.
+#[test]
+fn loaded_sessions_get_no_initial_message_and_no_usage_baseline() {
+    let (_dir, mut s) = scenario();
+    let flags = ["--initial-message", "Read the repo first."];
+    let root = s.post_top("one").unwrap();
+    run_once(&s, &[], &flags);
+    let r1 = s.reply_to(&root.id).unwrap();
+    let q = s.post_reply(&root, &r1, "two").unwrap();
+    run_once(&s, &[], &flags);
+    assert!(s.reply_to(&q.id).is_some());
+
+    let p = prompts(&wire(&s));
+    let initial = p.iter().filter(|t| t.as_str() == "Read the repo first.").count();
+    assert_eq!(initial, 1, "only the created session got the initial message");
+    let usage: Vec<bool> = s
+        .observer_records("turn_usage")
+        .iter()
+        .map(|r| r["deltaReliable"].as_bool().unwrap_or(false))
+        .collect();
+    assert_eq!(usage, vec![true, false]);
+}

@@ -1,0 +1,144 @@
+//! Guards of patch `store-key-session-scope`: receipts are keyed by the full
+//! `SessionScope` — `Conversation{channel}` or `Thread{channel, root}` — so
+//! every thread of a channel comes back to its own session.
+
+use buzz_acp_fork_tests::*;
+use serde_json::Value;
+
+/// Two threads of one channel, a restart, a follow-up in each: each thread
+/// loads its own session and no session is created.
+#[test]
+fn each_thread_of_a_channel_resumes_its_own_session() {
+    let (_dir, mut s) = scenario();
+    let a = s.post_top("thread A: remember alpha-1111").unwrap();
+    let b = s.post_top("thread B: remember bravo-2222").unwrap();
+    run_once(&s, &[], &[]);
+    let (ra, rb) = (s.reply_to(&a.id).unwrap(), s.reply_to(&b.id).unwrap());
+    assert_eq!(count_method(&wire(&s), "session/new"), 2);
+    assert_eq!(stored_sessions(&s).len(), 2, "one receipt per thread");
+
+    let qa = s.post_reply(&a, &ra, "A again").unwrap();
+    let qb = s.post_reply(&b, &rb, "B again").unwrap();
+    run_once(&s, &[], &[]);
+    let (ra2, rb2) = (s.reply_to(&qa.id).unwrap(), s.reply_to(&qb.id).unwrap());
+
+    let frames = wire(&s);
+    assert_eq!(count_method(&frames, "session/new"), 2, "nothing new after the restart");
+    assert_eq!(count_method(&frames, "session/load"), 2);
+    assert_eq!((turns(&ra2), turns(&rb2)), (2, 2));
+    assert!(ra2.content.contains("alpha-1111") && !ra2.content.contains("bravo-2222"));
+    assert!(rb2.content.contains("bravo-2222") && !rb2.content.contains("alpha-1111"));
+}
+
+/// The lazy-pool teardown path: after an idle pool sleep rebuilds the pool
+/// from empty slots, the next dispatch in each of two threads of one channel
+/// calls `session/load` with that thread's stored id, never `session/new`.
+#[test]
+fn after_an_idle_pool_sleep_each_thread_loads_its_own_session() {
+    let (_dir, mut s) = scenario();
+    let running = start(&s, &[], &["--lazy-pool", "--idle-pool-sleep", "1"]);
+    let a = s.post_top("thread A").unwrap();
+    let ra = s.wait_for_reply(&a.id, WAIT).unwrap();
+    let b = s.post_top("thread B").unwrap();
+    let rb = s.wait_for_reply(&b.id, WAIT).unwrap();
+    wait_until(WAIT, || (!s.observer_records("pool_sleep").is_empty()).then_some(()))
+        .expect("the pool sleeps");
+    let receipts = stored_sessions(&s);
+    let qa = s.post_reply(&a, &ra, "A after the sleep").unwrap();
+    let ra2 = s.wait_for_reply(&qa.id, WAIT).unwrap();
+    let qb = s.post_reply(&b, &rb, "B after the sleep").unwrap();
+    let rb2 = s.wait_for_reply(&qb.id, WAIT).unwrap();
+    running.stop().unwrap();
+
+    let frames = wire(&s);
+    assert_eq!(count_method(&frames, "session/new"), 2, "only before the sleep");
+    let loaded: Vec<String> = requests_of(&frames, "session/load")
+        .iter()
+        .map(|f| f.params["sessionId"].as_str().unwrap().to_string())
+        .collect();
+    let key = |root: &str| format!("{}/{root}", buzz_acp::testing::GENERAL);
+    assert_eq!(loaded, vec![receipts[&key(&a.id)].clone(), receipts[&key(&b.id)].clone()]);
+    assert_eq!((turns(&ra2), turns(&rb2)), (2, 2));
+    insta::assert_json_snapshot!("idle_sleep_two_threads_wire_log", wire_view(&s));
+}
+
+/// Rotating one thread removes only that thread's receipt.
+#[test]
+fn rotating_one_thread_leaves_its_siblings_intact() {
+    let (_dir, mut s) = scenario();
+    let running = start(&s, &[], &[]);
+    let a = s.post_top("thread A").unwrap();
+    let ra = s.wait_for_reply(&a.id, WAIT).unwrap();
+    let b = s.post_top("thread B").unwrap();
+    s.wait_for_reply(&b.id, WAIT).unwrap();
+    let rot = s.post_reply_as(OWNER, &a, &ra, "!rotate").unwrap();
+    s.wait_for_reply(&rot.id, WAIT).expect("rotate notice");
+    running.stop().unwrap();
+
+    let keys: Vec<String> = stored_sessions(&s).into_keys().collect();
+    assert_eq!(keys, vec![format!("{}/{}", buzz_acp::testing::GENERAL, b.id)]);
+}
+
+/// Removing the agent from a channel forgets every receipt of that channel
+/// (upstream's `invalidate_channel`), and only that channel's.
+#[test]
+fn removal_from_a_channel_forgets_every_thread_of_it() {
+    let (_dir, mut s) = scenario();
+    let running = start(&s, &[], &[]);
+    let a = s.post_top("thread A").unwrap();
+    s.wait_for_reply(&a.id, WAIT).unwrap();
+    let b = s.post_top("thread B").unwrap();
+    s.wait_for_reply(&b.id, WAIT).unwrap();
+    let dm = s
+        .post_with(|at| {
+            buzz_acp::relay::EventBuilder::message(USER, &buzz_acp::testing::direct(), "hi in DM")
+                .created_at(at)
+                .mention(AGENT)
+                .build()
+        })
+        .unwrap();
+    s.wait_for_reply(&dm.id, WAIT).unwrap();
+    assert_eq!(stored_sessions(&s).len(), 3);
+    s.post_removal().unwrap();
+    wait_until(WAIT, || (stored_sessions(&s).len() == 1).then_some(()))
+        .expect("the channel's receipts are removed");
+    running.stop().unwrap();
+    let keys: Vec<String> = stored_sessions(&s).into_keys().collect();
+    assert_eq!(keys, vec![buzz_acp::testing::DIRECT.to_string()]);
+}
+
+/// Receipts written by `session-store-resume` (version 1, keyed by channel)
+/// are read as conversation scopes: kept, resumable, and migrated to version 2
+/// beside the new per-thread receipts.
+#[test]
+fn channel_keyed_receipts_migrate_as_conversation_scopes() {
+    let (_dir, mut s) = scenario();
+    let first = s.post_top("channel-wide: remember alpha-7301").unwrap();
+    run_once(&s, &[], &["--session-policy", "channel"]);
+    let r1 = s.reply_to(&first.id).unwrap();
+    let conversation = stored_sessions(&s)[buzz_acp::testing::GENERAL].clone();
+
+    // Rewrite the receipt file the way the previous patch wrote it.
+    let mut v1 = store_json(&s).unwrap();
+    v1["version"] = Value::from(1);
+    std::fs::write(store_path(&s), serde_json::to_string_pretty(&v1).unwrap()).unwrap();
+
+    // A thread under the thread policy gets its own receipt; the migrated
+    // conversation receipt stays.
+    let t = s.post_top("a new thread").unwrap();
+    run_once(&s, &[], &[]);
+    assert_eq!(turns(&s.reply_to(&t.id).unwrap()), 1);
+    let store = store_json(&s).unwrap();
+    assert_eq!(store["version"], 2, "migrated on the first write");
+    let receipts = stored_sessions(&s);
+    assert_eq!(receipts.len(), 2);
+    assert_eq!(receipts[buzz_acp::testing::GENERAL], conversation);
+
+    // The conversation still resumes its own session.
+    let q = s.post_reply(&first, &r1, "what did I say?").unwrap();
+    run_once(&s, &[], &["--session-policy", "channel"]);
+    let r2 = s.reply_to(&q.id).unwrap();
+    assert_eq!(turns(&r2), 2);
+    assert!(r2.content.contains("alpha-7301"));
+    insta::assert_json_snapshot!("migrated_store_file", store_view(&s));
+}

@@ -1,0 +1,161 @@
+//! Shared support for the patched tree's end-to-end scenarios.
+//!
+//! Every scenario runs the real patched `buzz-acp` binary against the real
+//! `acp-test-agent` binary through a file relay (see `buzz_acp::testing`), and
+//! asserts on what crossed the wire (the agent's wire log), what reached the
+//! relay, the observer log, and the durable store file. The tests only use the
+//! binaries and files, never patched Rust APIs, so the same test compiles
+//! with or without any patch: that is what lets `scripts/fork verify
+//! --mutation` prove each guard fails when its patch is missing.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use acp_test_agent::harness::{WireFrame, count_method, prompt_texts, read_wire_log, requests_of};
+use buzz_acp::relay::Event;
+pub use buzz_acp::testing::{
+    AGENT, OWNER, Running, Scenario, USER, context_entries, reply_turns, wait_until,
+};
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// Generous: a turn against the test agent takes milliseconds.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// The patched harness binary.
+pub fn harness_bin() -> PathBuf {
+    acp_test_agent::harness::bin_path("buzz-acp")
+}
+
+/// The test agent binary.
+pub fn agent_bin() -> PathBuf {
+    acp_test_agent::harness::test_agent_bin()
+}
+
+/// A fresh scenario in a temporary directory.
+pub fn scenario() -> (TempDir, Scenario) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Scenario::new(dir.path()).expect("scenario");
+    (dir, s)
+}
+
+/// The agent command line with extra test-agent flags.
+pub fn agent(s: &Scenario, args: &[&str]) -> String {
+    s.agent_command(&agent_bin(), args)
+}
+
+/// Runs the harness with `--once`, panicking with its stderr on failure.
+pub fn run_once(s: &Scenario, agent_args: &[&str], extra: &[&str]) {
+    if let Err(e) = s.run_once_ok(&harness_bin(), &agent(s, agent_args), extra) {
+        panic!("{e}");
+    }
+}
+
+/// Starts the harness in the background.
+pub fn start(s: &Scenario, agent_args: &[&str], extra: &[&str]) -> Running {
+    s.start(&harness_bin(), &agent(s, agent_args), extra)
+        .expect("start buzz-acp")
+}
+
+/// The agent's wire log.
+pub fn wire(s: &Scenario) -> Vec<WireFrame> {
+    read_wire_log(&s.wire_log).expect("wire log")
+}
+
+/// `turns=N` of a reply, panicking when absent.
+pub fn turns(reply: &Event) -> u32 {
+    reply_turns(reply).unwrap_or_else(|| panic!("no turns= in {:?}", reply.content))
+}
+
+/// The texts of every `session/prompt`, in order.
+pub fn prompts(frames: &[WireFrame]) -> Vec<String> {
+    prompt_texts(frames).into_iter().map(|(_, t)| t).collect()
+}
+
+/// Session ids in order of first appearance on the wire (the same order the
+/// wire normalizer numbers them: `session-1`, `session-2`, …).
+pub fn session_order(frames: &[WireFrame]) -> Vec<String> {
+    let mut order = Vec::new();
+    for frame in frames {
+        collect_session_ids(&frame.params, &mut order);
+    }
+    order
+}
+
+fn collect_session_ids(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                if k == "sessionId"
+                    && let Some(id) = v.as_str()
+                    && !out.iter().any(|o| o == id)
+                {
+                    out.push(id.to_string());
+                }
+                collect_session_ids(v, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_session_ids(v, out)),
+        _ => {}
+    }
+}
+
+/// The snapshot view of a scenario's wire log.
+pub fn wire_view(s: &Scenario) -> Value {
+    acp_test_agent::harness::normalize_wire_log(&wire(s), &[(s.root.as_path(), "<tmp>")])
+}
+
+/// The durable session store file of the scenario's agent.
+pub fn store_path(s: &Scenario) -> PathBuf {
+    s.state_dir.join(format!("sessions-{AGENT}.json"))
+}
+
+/// The store file as JSON (`None` when it does not exist).
+pub fn store_json(s: &Scenario) -> Option<Value> {
+    let raw = std::fs::read_to_string(store_path(s)).ok()?;
+    Some(serde_json::from_str(&raw).expect("store file is JSON"))
+}
+
+/// Session ids recorded in the store, by storage key.
+pub fn stored_sessions(s: &Scenario) -> HashMap<String, String> {
+    store_json(s)
+        .and_then(|v| v.get("sessions").cloned())
+        .and_then(|v| v.as_object().cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v.get("sessionId")?.as_str()?.to_string())))
+        .collect()
+}
+
+/// The snapshot view of the store file: session ids numbered like the wire
+/// view, the relay path replaced by `<relay>`.
+pub fn store_view(s: &Scenario) -> Value {
+    let Some(store) = store_json(s) else {
+        return Value::Null;
+    };
+    let order = session_order(&wire(s));
+    let relay = std::fs::canonicalize(&s.relay_dir)
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let mut text = store.to_string();
+    for (i, id) in order.iter().enumerate() {
+        text = text.replace(id, &format!("session-{}", i + 1));
+    }
+    if !relay.is_empty() {
+        text = text.replace(&relay, "<relay>");
+    }
+    serde_json::from_str(&text).expect("normalized store is JSON")
+}
+
+/// Observer `acp_read` frames that are `session/update` notifications of the
+/// given kind (e.g. `user_message_chunk`).
+pub fn observed_updates(s: &Scenario, kind: &str) -> usize {
+    s.observer_records("acp_read")
+        .iter()
+        .filter(|r| {
+            r["frame"]["method"] == "session/update"
+                && r["frame"]["params"]["update"]["sessionUpdate"] == kind
+        })
+        .count()
+}
