@@ -31,8 +31,8 @@ fn restart_resumes_the_stored_session() {
     assert_eq!(loads[0].params["sessionId"], first[0].as_str());
     assert_eq!(turns(&r2), 2, "the loaded session remembers the first turn");
     assert!(r2.content.contains("alpha-7301"));
-    insta::assert_json_snapshot!("restart_wire_log", wire_view(&s));
-    insta::assert_json_snapshot!("restart_store_file", store_view(&s));
+    insta::assert_json_snapshot!("restart_wire_log", wire_shape(&s));
+    insta::assert_json_snapshot!("restart_receipts", receipt_view(&s));
 }
 
 /// The agent no longer knows the stored session (-32002): the receipt is

