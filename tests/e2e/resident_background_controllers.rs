@@ -136,6 +136,9 @@ fn no_idle_sleep_right_after_a_long_turn() {
     let running = start(&s, &[], &["--lazy-pool", "--idle-pool-sleep", "1"]);
     let root = s.post_top("a long task !delay:1500").unwrap();
     let r1 = s.wait_for_reply(&root.id, WAIT).unwrap();
+    // Well inside the 1 s bound counted from the end of the turn, and long
+    // enough for a clock counted from the last incoming message to fire.
+    std::thread::sleep(std::time::Duration::from_millis(300));
     let q = s.post_reply(&root, &r1, "quick follow-up").unwrap();
     let r2 = s.wait_for_reply(&q.id, WAIT).unwrap();
     running.stop().unwrap();

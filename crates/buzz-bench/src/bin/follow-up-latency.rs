@@ -1,0 +1,125 @@
+//! What a follow-up costs when it is served hot (the resident session),
+//! warm (`session/load` of the receipt) or cold (`session/new` plus the
+//! re-injected context window), side by side against the same agent.
+//!
+//! A thread first runs eight turns. Then, for each mode, one follow-up is
+//! timed from the moment it is appended to the relay until the reply is
+//! visible there, and the bytes the harness sent to the agent for it are
+//! summed from the agent's wire log. Warm and cold evict the thread's
+//! resident first (`--max-resident-sessions 1` and one turn in another
+//! thread); cold also runs with `--no-resume-sessions`. Each mode repeats
+//! `--runs` times on fresh scenarios; the table shows medians.
+//!
+//! ```sh
+//! follow-up-latency --harness target/patched/buzz-acp --agent target/debug/acp-test-agent
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use buzz_bench::{BenchError, Subject, median, ms, reply, scenario, start, wire};
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// The patched buzz-acp binary.
+    #[arg(long)]
+    harness: PathBuf,
+    /// The acp-test-agent binary.
+    #[arg(long)]
+    agent: PathBuf,
+    /// Repetitions per mode.
+    #[arg(long, default_value_t = 7)]
+    runs: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Hot,
+    Warm,
+    Cold,
+}
+
+struct Sample {
+    elapsed: std::time::Duration,
+    bytes: u64,
+    methods: Vec<String>,
+}
+
+fn sample(mode: Mode, subject: &Subject, agent: &Path) -> Result<Sample, BenchError> {
+    let (_dir, mut s) = scenario()?;
+    let err = |e: buzz_acp::relay::RelayError| BenchError(e.to_string());
+    let flags: &[&str] = match mode {
+        Mode::Hot => &[],
+        Mode::Warm => &["--max-resident-sessions", "1"],
+        Mode::Cold => &["--max-resident-sessions", "1", "--no-resume-sessions"],
+    };
+    let running = start(&s, subject, agent, flags)?;
+    let root = s
+        .post_top("Plan the release of the storage service")
+        .map_err(err)?;
+    let mut last = reply(&s, &root)?;
+    for i in 0..7 {
+        let q = s
+            .post_reply(&root, &last, &format!("step {i}: what do we check next?"))
+            .map_err(err)?;
+        last = reply(&s, &q)?;
+    }
+    if !matches!(mode, Mode::Hot) {
+        // Another thread's turn evicts this thread's resident session.
+        let other = s.post_top("an unrelated question").map_err(err)?;
+        reply(&s, &other)?;
+    }
+    let frames_before = wire(&s)?.len();
+    let t = Instant::now();
+    let q = s
+        .post_reply(&root, &last, "so, are we ready to ship?")
+        .map_err(err)?;
+    reply(&s, &q)?;
+    let elapsed = t.elapsed();
+    running.stop().map_err(|e| BenchError(e.to_string()))?;
+    let frames = wire(&s)?;
+    let follow_up = &frames[frames_before..];
+    Ok(Sample {
+        elapsed,
+        bytes: follow_up.iter().map(|f| f.bytes).sum(),
+        methods: follow_up.iter().filter_map(|f| f.method.clone()).collect(),
+    })
+}
+
+fn main() -> Result<(), BenchError> {
+    let args = Args::parse();
+    let subject = Subject {
+        label: "patched".into(),
+        harness: args.harness,
+    };
+    println!(
+        "| follow-up served | median wall time (ms) | min–max (ms) | bytes sent to the agent | requests |"
+    );
+    println!("|---|---:|---:|---:|---|");
+    for (mode, name) in [
+        (Mode::Hot, "hot (resident session)"),
+        (Mode::Warm, "warm (session/load)"),
+        (Mode::Cold, "cold (session/new + context)"),
+    ] {
+        let samples: Vec<Sample> = (0..args.runs.max(1))
+            .map(|_| sample(mode, &subject, &args.agent))
+            .collect::<Result<_, _>>()?;
+        let times: Vec<_> = samples.iter().map(|s| s.elapsed).collect();
+        let (lo, hi) = (
+            times.iter().min().copied().unwrap_or_default(),
+            times.iter().max().copied().unwrap_or_default(),
+        );
+        let mut bytes: Vec<u64> = samples.iter().map(|s| s.bytes).collect();
+        bytes.sort_unstable();
+        println!(
+            "| {name} | {} | {}–{} | {} | {} |",
+            ms(median(times)),
+            ms(lo),
+            ms(hi),
+            bytes[bytes.len() / 2],
+            samples[0].methods.join(", ")
+        );
+    }
+    Ok(())
+}
