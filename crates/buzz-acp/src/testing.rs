@@ -47,6 +47,8 @@ pub struct Scenario {
     pub wire_log: PathBuf,
     /// The harness's observer log.
     pub observer_log: PathBuf,
+    /// The harness's `--relay-poll-ms` (20 by default; measurements use less).
+    pub poll_ms: u64,
     clock: u64,
 }
 
@@ -61,6 +63,7 @@ impl Scenario {
             agent_state_dir: root.join("agent-state"),
             wire_log: root.join("wire.jsonl"),
             observer_log: root.join("observer.jsonl"),
+            poll_ms: 20,
             clock: EPOCH,
         };
         for dir in [&s.relay_dir, &s.state_dir, &s.agent_state_dir] {
@@ -232,7 +235,7 @@ impl Scenario {
             .arg("--cwd")
             .arg(AGENT_CWD)
             .arg("--relay-poll-ms")
-            .arg("20")
+            .arg(self.poll_ms.to_string())
             .args(extra)
             .env("BUZZ_ACP_LOG", "buzz_acp=debug,info")
             .stdin(Stdio::null());
@@ -293,6 +296,16 @@ impl Scenario {
         wait_until(timeout, || self.reply_to(event_id))
     }
 
+    /// Like [`Scenario::wait_for_reply`], polling every `every` (for timing).
+    pub fn wait_for_reply_every(
+        &self,
+        event_id: &str,
+        timeout: Duration,
+        every: Duration,
+    ) -> Option<Event> {
+        wait_until_every(timeout, every, || self.reply_to(event_id))
+    }
+
     /// Observer records of type `kind`.
     pub fn observer_records(&self, kind: &str) -> Vec<serde_json::Value> {
         std::fs::read_to_string(&self.observer_log)
@@ -337,7 +350,16 @@ impl Drop for Running {
 }
 
 /// Polls `probe` every 20 ms until it yields or `timeout` passes.
-pub fn wait_until<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+pub fn wait_until<T>(timeout: Duration, probe: impl FnMut() -> Option<T>) -> Option<T> {
+    wait_until_every(timeout, Duration::from_millis(20), probe)
+}
+
+/// Polls `probe` every `every` until it yields or `timeout` passes.
+pub fn wait_until_every<T>(
+    timeout: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> Option<T>,
+) -> Option<T> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = probe() {
@@ -346,7 +368,7 @@ pub fn wait_until<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) ->
         if Instant::now() >= deadline {
             return None;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(every);
     }
 }
 

@@ -3,9 +3,10 @@
 //! side by side.
 //!
 //! One thread of 31 events (a root and six rounds of four chatter messages
-//! plus a mention) is played against each harness. Three harness processes
-//! run in turn; in each, the first mention comes right after a restart and
-//! the second right after an idle pool sleep (lazy pool, 1 s bound). For the
+//! plus a mention) is played against each harness. A first process answers
+//! the root; then three harness processes run in turn, and in each the first
+//! mention comes right after a restart and the second right after an idle
+//! pool sleep (lazy pool, 1 s bound). For the
 //! first prompt after each of the six resumes the table shows how many
 //! history events its `<thread-context>` re-sent and how many bytes the
 //! `session/prompt` frame held.
@@ -46,16 +47,16 @@ fn play(subject: &Subject, agent: &std::path::Path) -> Result<Run, BenchError> {
     let root = s
         .post_top("Plan the release for the storage service")
         .map_err(err)?;
+    // The first process only answers the root: that turn is not a resume.
+    let first = start(&s, subject, agent, &flags)?;
+    reply(&s, &root)?;
+    first.stop().map_err(|e| BenchError(e.to_string()))?;
     let mut parent = root.clone();
     let mut first_after: Vec<(String, usize)> = Vec::new();
     let mut round = 0;
-    for process in 0..3 {
+    for _process in 0..3 {
         let running = start(&s, subject, agent, &flags)?;
         for kind in ["restart", "idle pool sleep"] {
-            if process == 0 && kind == "restart" {
-                // The very first turn answers the root; it is not a resume.
-                reply(&s, &root)?;
-            }
             if kind == "idle pool sleep" {
                 let sleeps = s.observer_records("pool_sleep").len();
                 buzz_acp::testing::wait_until(buzz_bench::WAIT, || {
