@@ -437,6 +437,57 @@ fn path_ending_at(tokens: &[TokenTree], end: usize) -> Vec<String> {
     segments
 }
 
+/// Every required symbol and seam of `entry` that is missing from the files
+/// `read` returns (`None` = the file does not exist), as one message each.
+/// `check` reads the working overlay, `sync` a commit's tree; the rules and
+/// the wording are the same.
+///
+/// # Errors
+/// Whatever `read` returns.
+pub fn entry_problems<E>(
+    entry: &crate::registry::PatchEntry,
+    mut read: impl FnMut(&str) -> Result<Option<String>, E>,
+) -> Result<Vec<String>, E> {
+    let mut problems = Vec::new();
+    for s in &entry.required_symbols {
+        match read(&s.path)? {
+            None => problems.push(format!(
+                "required symbol {}: file {} does not exist",
+                s.symbol, s.path
+            )),
+            Some(src) => match has_symbol(&src, &s.symbol) {
+                Ok(true) => {}
+                Ok(false) => problems.push(format!(
+                    "required symbol {} is not defined in {}",
+                    s.symbol, s.path
+                )),
+                Err(e) => problems.push(format!("{} {e}", s.path)),
+            },
+        }
+    }
+    for s in &entry.seams {
+        match read(&s.path)? {
+            None => problems.push(format!(
+                "seam {} → {}: file {} does not exist",
+                s.caller, s.callee, s.path
+            )),
+            Some(src) => match check_seam(&src, &s.caller, &s.callee) {
+                Ok(SeamCheck::Found) => {}
+                Ok(SeamCheck::CallerMissing) => problems.push(format!(
+                    "seam {} → {}: no function {} in {}",
+                    s.caller, s.callee, s.caller, s.path
+                )),
+                Ok(SeamCheck::CallMissing) => problems.push(format!(
+                    "seam {} → {}: {} does not call {} in {}",
+                    s.caller, s.callee, s.caller, s.callee, s.path
+                )),
+                Err(e) => problems.push(format!("{}: {e}", s.path)),
+            },
+        }
+    }
+    Ok(problems)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

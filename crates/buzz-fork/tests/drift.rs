@@ -165,7 +165,7 @@ fn renamed_callee_without_textual_conflict_is_guard_failed() {
             .detail
             .as_deref()
             .unwrap()
-            .contains("symbol Pool::invalidate_for_fresh_session missing")
+            .contains("required symbol Pool::invalidate_for_fresh_session is not defined")
     );
     insta::assert_json_snapshot!("drift_guard_failed", r);
 }

@@ -18,7 +18,7 @@ use crate::cmd::{Context, Outcome};
 use crate::error::Result;
 use crate::exact::{ApplyReport, Overlay, Strictness};
 use crate::fsutil;
-use crate::guards::{self, SeamCheck};
+use crate::guards;
 use crate::patchfile::{self, ParsedPatch};
 use crate::registry::{PatchEntry, Registry, Status};
 use crate::render::INVENTORY_FILE;
@@ -193,53 +193,15 @@ pub fn analyze<'r>(
 /// # Errors
 /// I/O errors reading the baseline.
 pub fn guard_problems(overlay: &Overlay<'_>, entry: &PatchEntry) -> Result<Vec<String>> {
-    let mut problems = Vec::new();
     let mut sources: BTreeMap<String, Option<String>> = BTreeMap::new();
-    let mut source = |path: &str| -> Result<Option<String>> {
+    guards::entry_problems(entry, |path: &str| -> Result<Option<String>> {
         if let Some(s) = sources.get(path) {
             return Ok(s.clone());
         }
         let s = overlay.read(path)?;
         sources.insert(path.to_owned(), s.clone());
         Ok(s)
-    };
-    for s in &entry.required_symbols {
-        match source(&s.path)? {
-            None => problems.push(format!(
-                "required symbol {}: file {} does not exist",
-                s.symbol, s.path
-            )),
-            Some(src) => match guards::has_symbol(&src, &s.symbol) {
-                Ok(true) => {}
-                Ok(false) => problems.push(format!(
-                    "required symbol {} is not defined in {}",
-                    s.symbol, s.path
-                )),
-                Err(e) => problems.push(format!("{} {e}", s.path)),
-            },
-        }
-    }
-    for s in &entry.seams {
-        match source(&s.path)? {
-            None => problems.push(format!(
-                "seam {} → {}: file {} does not exist",
-                s.caller, s.callee, s.path
-            )),
-            Some(src) => match guards::check_seam(&src, &s.caller, &s.callee) {
-                Ok(SeamCheck::Found) => {}
-                Ok(SeamCheck::CallerMissing) => problems.push(format!(
-                    "seam {} → {}: no function {} in {}",
-                    s.caller, s.callee, s.caller, s.path
-                )),
-                Ok(SeamCheck::CallMissing) => problems.push(format!(
-                    "seam {} → {}: {} does not call {} in {}",
-                    s.caller, s.callee, s.caller, s.callee, s.path
-                )),
-                Err(e) => problems.push(format!("{}: {e}", s.path)),
-            },
-        }
-    }
-    Ok(problems)
+    })
 }
 
 /// Runs every check.

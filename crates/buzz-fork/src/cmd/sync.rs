@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::exact::{HunkFit, Overlay, Strictness, locate, split_lines};
 use crate::fsutil::{self, StagedDir};
 use crate::git::{ApplyMode, ApplyOutcome, Direction, MergeOutcome, Oid, Repo};
-use crate::guards::{self, SeamCheck};
+use crate::guards;
 use crate::patchfile::{self, ParsedPatch};
 use crate::registry::{PATCH_ID_TRAILER, PatchEntry, PatchId, Registry, Retired, Status};
 use crate::ui::{self, Table};
@@ -198,43 +198,11 @@ fn resolutions(repo: &Repo<'_>, new_base: &Oid) -> Result<BTreeMap<String, (Oid,
 
 /// Missing symbols and seams of `entry` in `tree`.
 fn tree_guard_problems(repo: &Repo<'_>, tree: &Oid, entry: &PatchEntry) -> Result<Vec<String>> {
-    let mut problems = Vec::new();
-    let read = |path: &str| -> Result<Option<String>> {
+    guards::entry_problems(entry, |path: &str| -> Result<Option<String>> {
         Ok(repo
             .read_file(tree, path)?
             .map(|b| String::from_utf8_lossy(&b).into_owned()))
-    };
-    for s in &entry.required_symbols {
-        match read(&s.path)? {
-            None => problems.push(format!("{} no longer exists (symbol {})", s.path, s.symbol)),
-            Some(src) => match guards::has_symbol(&src, &s.symbol) {
-                Ok(true) => {}
-                Ok(false) => problems.push(format!("symbol {} missing in {}", s.symbol, s.path)),
-                Err(e) => problems.push(format!("{} {e}", s.path)),
-            },
-        }
-    }
-    for s in &entry.seams {
-        match read(&s.path)? {
-            None => problems.push(format!(
-                "{} no longer exists (seam {} → {})",
-                s.path, s.caller, s.callee
-            )),
-            Some(src) => match guards::check_seam(&src, &s.caller, &s.callee) {
-                Ok(SeamCheck::Found) => {}
-                Ok(SeamCheck::CallerMissing) => problems.push(format!(
-                    "seam {} → {}: no function {} in {}",
-                    s.caller, s.callee, s.caller, s.path
-                )),
-                Ok(SeamCheck::CallMissing) => problems.push(format!(
-                    "seam {} → {}: {} no longer calls {} in {}",
-                    s.caller, s.callee, s.caller, s.callee, s.path
-                )),
-                Err(e) => problems.push(format!("{}: {e}", s.path)),
-            },
-        }
-    }
-    Ok(problems)
+    })
 }
 
 /// In-process fit of every hunk against the files of `commit`.
