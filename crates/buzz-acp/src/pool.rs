@@ -17,7 +17,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
     SessionConfigKind, SessionConfigOption, SessionConfigOptionCategory, StopReason,
@@ -1047,13 +1046,10 @@ async fn run_initial_message(
     }
 }
 
-/// How long an idle worker may wait for a busy owner (exposed for tests).
-pub const fn owner_hold() -> Duration {
-    OWNER_HOLD
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn ch(n: u8) -> ChannelId {
