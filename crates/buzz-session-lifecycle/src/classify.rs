@@ -1,0 +1,1 @@
+//! Classifying what an agent says when it cannot reopen a stored session.
