@@ -1,0 +1,284 @@
+//! The imperative shell around [`Lifecycle`]: the clock, the receipt store and the mailbox.
+//!
+//! The harness's event loop owns one [`Driver`]. Turn tasks never touch it: they only post to
+//! its [`Mailbox`] when they open a session. Every store write happens here, in the event loop,
+//! once per event: a receipt when a session is created, the delivery ledger once per successful
+//! turn, a removal when a session is abandoned.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use buzz_session_store::{KeyScheme, ScopeKey, SessionStore};
+use tokio::time::Instant;
+
+use crate::clock::Moment;
+use crate::effect::{Effect, Persist};
+use crate::lifecycle::{Lifecycle, LifecycleConfig, RunningRoute};
+use crate::pending::Batch;
+use crate::plan::{Plan, SessionConfig, SlotView, Target};
+use crate::report::{Delivered, Opened, TurnReport};
+use crate::scope::{Input, Scope};
+
+/// Where turn tasks report the sessions they open. Cheap to clone; shared by the event loop
+/// (which drains it) and every turn task (which posts).
+#[derive(Debug)]
+pub struct Mailbox<K>(Arc<Mutex<Vec<(K, Opened)>>>);
+
+impl<K> Clone for Mailbox<K> {
+    fn clone(&self) -> Self {
+        Mailbox(Arc::clone(&self.0))
+    }
+}
+
+impl<K> Default for Mailbox<K> {
+    fn default() -> Self {
+        Mailbox(Arc::new(Mutex::new(Vec::new())))
+    }
+}
+
+impl<K> Mailbox<K> {
+    fn lock(&self) -> MutexGuard<'_, Vec<(K, Opened)>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reports that a session of `scope` was opened.
+    pub fn post(&self, scope: K, opened: Opened) {
+        self.lock().push((scope, opened));
+    }
+
+    fn drain(&self) -> Vec<(K, Opened)> {
+        std::mem::take(&mut *self.lock())
+    }
+}
+
+/// The store key of a scope under a key scheme.
+pub fn store_key<K: Scope>(scope: &K, scheme: KeyScheme) -> ScopeKey {
+    let key = match scope.thread_root() {
+        Some(root) => ScopeKey::thread(scope.channel(), root),
+        None => ScopeKey::conversation(scope.channel()),
+    };
+    scheme.map(&key)
+}
+
+/// The lifecycle, driven from the harness's event loop.
+#[derive(Debug)]
+pub struct Driver<K, I> {
+    lifecycle: Lifecycle<K, I>,
+    store: SessionStore,
+    scheme: KeyScheme,
+    mailbox: Mailbox<K>,
+    origin: Instant,
+    session: SessionConfig,
+}
+
+impl<K: Scope, I: Input> Driver<K, I> {
+    /// A driver over `store`, keyed by `scheme`, reading session reports from `mailbox`.
+    pub fn new(
+        config: LifecycleConfig,
+        store: SessionStore,
+        scheme: KeyScheme,
+        mailbox: Mailbox<K>,
+    ) -> Self {
+        Driver {
+            lifecycle: Lifecycle::new(config),
+            store,
+            scheme,
+            mailbox,
+            origin: Instant::now(),
+            session: SessionConfig::default(),
+        }
+    }
+
+    /// The state machine (read-only; every change goes through the driver).
+    pub fn lifecycle(&self) -> &Lifecycle<K, I> {
+        &self.lifecycle
+    }
+
+    /// The receipt store.
+    pub fn store(&self) -> &SessionStore {
+        &self.store
+    }
+
+    /// Now, on the lifecycle's clock (tokio's, so tests can pause it).
+    pub fn now(&self) -> Moment {
+        Moment::from_elapsed(Instant::now().duration_since(self.origin))
+    }
+
+    /// The configuration a new session would get now.
+    pub fn set_session_config(&mut self, session: SessionConfig) {
+        self.session = session;
+    }
+
+    /// Admits input the harness queued (new, or handed back by an ended turn).
+    pub fn admit(&mut self, batches: impl IntoIterator<Item = (K, Batch<I>)>) {
+        for (scope, batch) in batches {
+            self.lifecycle.admit(&scope, batch);
+        }
+        self.lifecycle.end_of_inbox();
+    }
+
+    /// See [`Lifecycle::route_running`].
+    pub fn route_running(&mut self, scope: &K, input: I, steer: bool) -> RunningRoute<I> {
+        self.lifecycle.route_running(scope, input, steer)
+    }
+
+    /// See [`Lifecycle::plan`].
+    pub fn plan(&mut self, view: &[SlotView]) -> Vec<(K, Target)> {
+        self.collect_mail();
+        let now = self.now();
+        let targets = self.lifecycle.plan(view, &self.session, now);
+        self.flush();
+        targets
+    }
+
+    /// See [`Lifecycle::start`]; reads the receipt when a stored session may be reopened.
+    pub fn start(&mut self, scope: &K, slot: usize) -> Option<Batch<I>> {
+        let key = store_key(scope, self.scheme);
+        let store = &self.store;
+        let batch = self
+            .lifecycle
+            .start(scope, slot, &self.session, || Ok(store.get(&key)));
+        self.flush();
+        batch
+    }
+
+    /// See [`Lifecycle::plan_for`].
+    pub fn plan_for(&mut self, scope: &K, window: impl IntoIterator<Item = String>) -> Plan {
+        self.lifecycle.plan_for(scope, window.into_iter().collect())
+    }
+
+    /// See [`Lifecycle::turn_end`].
+    pub fn turn_end(&mut self, scope: &K, report: TurnReport) {
+        self.collect_mail();
+        let now = self.now();
+        self.lifecycle.turn_end(scope, report, now);
+        self.flush();
+    }
+
+    /// See [`Lifecycle::replied`].
+    pub fn replied(&mut self, scope: &K, reply_id: &str) {
+        self.lifecycle.replied(scope, reply_id);
+    }
+
+    /// See [`Lifecycle::settled`].
+    pub fn settled(&mut self, scope: &K, delivered: Option<Delivered>) {
+        self.lifecycle.settled(scope, delivered);
+        self.flush();
+    }
+
+    /// See [`Lifecycle::released`].
+    pub fn released(&mut self, scope: &K, session_id: &str) {
+        self.lifecycle.released(scope, session_id);
+    }
+
+    /// See [`Lifecycle::cancel_requested`].
+    pub fn cancel_requested(&mut self, scope: &K) {
+        self.lifecycle.cancel_requested(scope);
+    }
+
+    /// See [`Lifecycle::abandon`].
+    pub fn abandon(&mut self, scope: &K) {
+        self.lifecycle.abandon(scope);
+        self.flush();
+    }
+
+    /// See [`Lifecycle::abandon_channel`].
+    pub fn abandon_channel(&mut self, channel: &str) {
+        self.lifecycle.abandon_channel(channel);
+        self.flush();
+    }
+
+    /// See [`Lifecycle::worker_lost`].
+    pub fn worker_lost(&mut self, slot: usize) {
+        self.lifecycle.worker_lost(slot);
+    }
+
+    /// See [`Lifecycle::pool_slept`].
+    pub fn pool_slept(&mut self) {
+        self.lifecycle.pool_slept();
+    }
+
+    /// See [`Lifecycle::shutdown`]; also writes any receipt still in the mailbox.
+    pub fn shutdown(&mut self) {
+        self.collect_mail();
+        self.lifecycle.shutdown();
+    }
+
+    /// Effects decided so far (after taking in the mailbox).
+    pub fn take_effects(&mut self) -> Vec<Effect<K, I>> {
+        self.collect_mail();
+        self.lifecycle.take_effects()
+    }
+
+    /// Takes in the sessions turn tasks opened and writes their receipts.
+    pub fn collect_mail(&mut self) {
+        for (scope, opened) in self.mailbox.drain() {
+            self.lifecycle.opened(&scope, opened);
+        }
+        self.flush();
+    }
+
+    /// Executes the store writes the lifecycle decided. The store is an optimisation: a failed
+    /// write is logged and never stops a turn.
+    fn flush(&mut self) {
+        for persist in self.lifecycle.take_persists() {
+            self.persist(persist);
+        }
+    }
+
+    fn persist(&self, persist: Persist<K>) {
+        match persist {
+            Persist::Put { scope, record } => {
+                let key = store_key(&scope, self.scheme);
+                let session_id = record.session_id.clone();
+                match self.store.put(&key, record) {
+                    Ok(()) => {
+                        tracing::debug!(scope = %scope.label(), %session_id, "receipt written")
+                    }
+                    Err(e) => {
+                        tracing::warn!(scope = %scope.label(), %session_id, error = %e, "could not write the session receipt")
+                    }
+                }
+            }
+            Persist::Commit {
+                scope,
+                session_id,
+                standing_context_sent,
+                event_ids,
+            } => {
+                let key = store_key(&scope, self.scheme);
+                // The stored ledger becomes exactly `event_ids`: every id is new, and the window
+                // that keeps older ones is the same set.
+                let window: HashSet<String> = event_ids.iter().cloned().collect();
+                match self.store.commit_delivery(
+                    &key,
+                    &session_id,
+                    standing_context_sent,
+                    &event_ids,
+                    &window,
+                ) {
+                    Ok(true) => {
+                        tracing::debug!(scope = %scope.label(), %session_id, "delivery ledger committed")
+                    }
+                    Ok(false) => {
+                        tracing::info!(scope = %scope.label(), %session_id, "delivery ledger not committed: the receipt names another session")
+                    }
+                    Err(e) => {
+                        tracing::warn!(scope = %scope.label(), %session_id, error = %e, "could not commit the delivery ledger")
+                    }
+                }
+            }
+            Persist::Remove { scope } => {
+                let key = store_key(&scope, self.scheme);
+                if let Err(e) = self.store.remove(&key) {
+                    tracing::warn!(scope = %scope.label(), error = %e, "could not remove the session receipt");
+                }
+            }
+            Persist::RemoveChannel { channel } => {
+                if let Err(e) = self.store.remove_channel(&channel) {
+                    tracing::warn!(%channel, error = %e, "could not remove the channel's session receipts");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! What the thread is told when its earlier session cannot be reopened.
+//!
+//! Notices name only actions the reader can take. `!rotate` is an owner command, so it is
+//! mentioned only when an owner is configured; everyone else just learns what happens next.
+
+use std::time::Duration;
+
+/// Longest agent detail quoted; agent errors can carry whole stack traces.
+const DETAIL_CHARS: usize = 160;
+
+fn quoted(detail: &str) -> String {
+    let flat = detail.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(DETAIL_CHARS) {
+        Some((cut, _)) => format!(" ({}…)", &flat[..cut]),
+        None if flat.is_empty() => String::new(),
+        None => format!(" ({flat})"),
+    }
+}
+
+fn minutes(d: Duration) -> u64 {
+    d.as_secs().div_ceil(60).max(1)
+}
+
+/// The first failure of a streak: the harness keeps trying for a while.
+pub fn restore_retrying(detail: &str, give_up_after: Duration, owner_configured: bool) -> String {
+    let mut text = format!(
+        "I could not reopen this thread's earlier session{}. I will keep trying for up to {} \
+         minute(s); if it still fails, I will answer in a new session with the recent messages.",
+        quoted(detail),
+        minutes(give_up_after)
+    );
+    if owner_configured {
+        text.push_str(" The owner can send !rotate to start a new session right away.");
+    }
+    text
+}
+
+/// The harness gave up: the answer comes from a new session.
+pub fn restore_abandoned(detail: &str) -> String {
+    format!(
+        "I could not restore this thread's earlier context{}, so I am continuing in a new \
+         session that has only the recent messages.",
+        quoted(detail)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_quote_a_short_detail_and_mention_rotate_only_with_an_owner() {
+        let t = restore_retrying(
+            "agent error -32603:\n  service\tfailure",
+            Duration::from_secs(180),
+            false,
+        );
+        assert!(t.contains("(agent error -32603: service failure)"), "{t}");
+        assert!(t.contains("up to 3 minute(s)"), "{t}");
+        assert!(!t.contains("!rotate"));
+        assert!(restore_retrying("x", Duration::from_secs(30), true).contains("!rotate"));
+        let long = "y".repeat(500);
+        let t = restore_abandoned(&long);
+        assert!(
+            t.contains(&format!("({}…)", "y".repeat(DETAIL_CHARS))),
+            "{t}"
+        );
+        assert!(!restore_abandoned("").contains("()"));
+    }
+}

@@ -1,0 +1,192 @@
+//! The frame tap: what the harness learns from the raw JSON-RPC lines it exchanges with an agent.
+//!
+//! The harness taps every line for its observer (upstream republishes the stream to owners).
+//! Two things need the raw lines rather than the SDK's typed values:
+//!
+//! * **Replayed history stays private.** While a `session/load` is in flight the agent replays
+//!   the whole conversation as `session/update` notifications. They must not reach the observer
+//!   (and so the relay): it would republish the entire prior conversation on every restart
+//!   (#2633). [`WireWatch::hide`] tracks the load request and its answer by JSON-RPC id and
+//!   hides the replay of exactly that session in between.
+//! * **Capabilities in either layout.** The typed `initialize` answer drops fields it does not
+//!   know, such as the ACP v2 draft's `capabilities.session`. The tap keeps the raw result.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use serde_json::Value;
+
+use crate::gate::AgentCaps;
+
+#[derive(Debug, Default)]
+struct Watch {
+    /// The id of the `initialize` request, until its answer arrives.
+    initialize: Option<Value>,
+    /// The raw `initialize` result.
+    init_result: Option<Value>,
+    /// Loads in flight: (request id, session id).
+    loading: Vec<(Value, String)>,
+}
+
+/// Watches one agent connection's lines. Cheap for ordinary traffic: a line is parsed only when
+/// it may matter (a request the watch cares about, or any incoming line while one is pending).
+#[derive(Debug, Default)]
+pub struct WireWatch {
+    state: Mutex<Watch>,
+}
+
+/// The agent's identity as it announced itself at `initialize` (`agentInfo`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AgentIdentity {
+    /// `agentInfo.name`.
+    pub name: Option<String>,
+    /// `agentInfo.version`.
+    pub version: Option<String>,
+}
+
+impl WireWatch {
+    fn lock(&self) -> MutexGuard<'_, Watch> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sees one line; returns whether it must be hidden from the observer. `outgoing` is true for
+    /// lines the harness writes to the agent.
+    pub fn hide(&self, line: &str, outgoing: bool) -> bool {
+        if outgoing {
+            if line.contains("\"session/load\"") || line.contains("\"initialize\"") {
+                self.outgoing(line);
+            }
+            return false;
+        }
+        let mut watch = self.lock();
+        if watch.initialize.is_none() && watch.loading.is_empty() {
+            return false;
+        }
+        let Ok(frame) = serde_json::from_str::<Value>(line) else {
+            return false;
+        };
+        if frame.get("method").is_none() {
+            // A response: does it end something we wait for?
+            let id = frame.get("id").cloned().unwrap_or(Value::Null);
+            if watch.initialize.as_ref() == Some(&id) {
+                watch.initialize = None;
+                watch.init_result = frame.get("result").cloned();
+            }
+            watch.loading.retain(|(load_id, _)| *load_id != id);
+            return false;
+        }
+        frame["method"] == "session/update"
+            && frame["params"]["sessionId"]
+                .as_str()
+                .is_some_and(|sid| watch.loading.iter().any(|(_, s)| s == sid))
+    }
+
+    fn outgoing(&self, line: &str) {
+        let Ok(frame) = serde_json::from_str::<Value>(line) else {
+            return;
+        };
+        let Some(id) = frame.get("id").cloned() else {
+            return;
+        };
+        let mut watch = self.lock();
+        match frame["method"].as_str() {
+            Some("initialize") => watch.initialize = Some(id),
+            Some("session/load") => {
+                if let Some(sid) = frame["params"]["sessionId"].as_str() {
+                    watch.loading.push((id, sid.to_string()));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The session capabilities from the raw `initialize` answer (both layouts), once it arrived.
+    pub fn caps(&self) -> Option<AgentCaps> {
+        self.lock()
+            .init_result
+            .as_ref()
+            .map(AgentCaps::from_initialize)
+    }
+
+    /// `agentInfo` from the raw `initialize` answer.
+    pub fn identity(&self) -> AgentIdentity {
+        let watch = self.lock();
+        let info = watch.init_result.as_ref().map(|r| &r["agentInfo"]);
+        let field = |name: &str| info.and_then(|i| i[name].as_str()).map(str::to_string);
+        AgentIdentity {
+            name: field("name"),
+            version: field("version"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_of_the_loading_session_is_hidden_until_its_answer() {
+        let w = WireWatch::default();
+        assert!(!w.hide(
+            r#"{"jsonrpc":"2.0","id":"a1","method":"session/load","params":{"sessionId":"s1","cwd":"/"}}"#,
+            true
+        ));
+        let replay = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{}}}"#;
+        let other = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s2","update":{}}}"#;
+        assert!(w.hide(replay, false));
+        assert!(
+            !w.hide(other, false),
+            "another session's updates still reach the observer"
+        );
+        assert!(!w.hide(r#"{"jsonrpc":"2.0","id":"zz","result":{}}"#, false));
+        assert!(
+            w.hide(replay, false),
+            "an unrelated answer does not end the load"
+        );
+        assert!(!w.hide(r#"{"jsonrpc":"2.0","id":"a1","result":{}}"#, false));
+        assert!(
+            !w.hide(replay, false),
+            "after the load answer, updates are live again"
+        );
+        assert!(!w.hide("not json", false));
+    }
+
+    #[test]
+    fn a_failed_load_ends_the_replay_window_too() {
+        let w = WireWatch::default();
+        w.hide(
+            r#"{"id":7,"method":"session/load","params":{"sessionId":"s1"}}"#,
+            true,
+        );
+        w.hide(
+            r#"{"id":7,"error":{"code":-32002,"message":"gone"}}"#,
+            false,
+        );
+        assert!(!w.hide(
+            r#"{"method":"session/update","params":{"sessionId":"s1"}}"#,
+            false
+        ));
+    }
+
+    #[test]
+    fn initialize_result_gives_caps_and_identity_in_either_layout() {
+        let w = WireWatch::default();
+        assert_eq!(w.caps(), None);
+        w.hide(
+            r#"{"jsonrpc":"2.0","id":"i","method":"initialize","params":{}}"#,
+            true,
+        );
+        w.hide(
+            r#"{"jsonrpc":"2.0","id":"i","result":{"protocolVersion":2,"capabilities":{"session":{"load":{},"close":{}}},"agentInfo":{"name":"opencode","version":"1.18.33"}}}"#,
+            false,
+        );
+        let caps = w.caps().unwrap();
+        assert!(caps.load && caps.close && !caps.resume);
+        assert_eq!(
+            w.identity(),
+            AgentIdentity {
+                name: Some("opencode".into()),
+                version: Some("1.18.33".into())
+            }
+        );
+    }
+}
