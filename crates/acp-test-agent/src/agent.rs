@@ -20,7 +20,9 @@ use agent_client_protocol::v1::schema::{
     TextContent, ToolCallUpdate, ToolCallUpdateFields, ToolKind, UsageUpdate,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
-use agent_client_protocol::{Agent, Client, Error, LineDirection, Stdio};
+use agent_client_protocol::{Agent, Client, ConnectTo, Error, LineDirection, Lines, Stdio};
+use futures::channel::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use futures::{SinkExt, StreamExt};
 
 use crate::cli::Args;
 use crate::error::AgentError;
@@ -80,6 +82,67 @@ impl From<&Args> for Settings {
 ///
 /// Invalid flags, an unusable state dir or wire log, or a failed connection.
 pub async fn run(args: Args) -> Result<(), AgentError> {
+    let (settings, sessions) = prepare(&args)?;
+    let tap = WireTap::new(
+        args.wire_log.as_deref(),
+        args.exit_on_request,
+        args.exit_on_method.clone(),
+    )?;
+    let transport = Stdio::new().with_debug(move |line, direction| {
+        if direction == LineDirection::Stdin {
+            tap.on_received_line(line);
+        }
+    });
+    tracing::info!(pid = std::process::id(), state_dir = %args.state_dir.display(), "serving ACP on stdio");
+
+    serve(settings, sessions, transport).await?;
+
+    if args.ignore_stdin_eof {
+        tracing::info!("stdin closed; --ignore-stdin-eof: staying alive until killed");
+        std::future::pending::<()>().await;
+    }
+    tracing::info!("stdin closed; exiting");
+    Ok(())
+}
+
+/// The client's ends of an in-process agent's line channels: JSON-RPC lines for the agent, and
+/// the agent's lines.
+pub type InProcessLines = (UnboundedSender<String>, UnboundedReceiver<String>);
+
+/// Serves ACP v1 inside the caller's process, on the current tokio runtime, over in-memory line
+/// channels: for clients tested on tokio's paused clock, where a child process could not follow
+/// the clock. Behaves like [`run`] (same flags, same transcripts and wire log, whose frames
+/// carry `instance` as their pid). The agent stops when the returned sender is dropped.
+///
+/// # Errors
+///
+/// As for [`run`]; and `--exit-on-request` / `--ignore-stdin-eof` are refused, since there is
+/// no process of the agent's own to exit or keep alive.
+pub fn serve_in_process(args: &Args, instance: u32) -> Result<InProcessLines, AgentError> {
+    if args.exit_on_request.is_some() || args.ignore_stdin_eof {
+        return Err(AgentError::InProcess(
+            "--exit-on-request and --ignore-stdin-eof need an agent process",
+        ));
+    }
+    let (settings, sessions) = prepare(args)?;
+    let tap = WireTap::in_process(args.wire_log.as_deref(), instance)?;
+    let (to_agent, from_client) = mpsc::unbounded::<String>();
+    let (to_client, from_agent) = mpsc::unbounded::<String>();
+    let incoming = from_client.map(move |line| {
+        tap.on_received_line(&line);
+        Ok(line)
+    });
+    let transport = Lines::new(to_client.sink_map_err(std::io::Error::other), incoming);
+    tokio::spawn(async move {
+        if let Err(e) = serve(settings, sessions, transport).await {
+            tracing::debug!(instance, error = %e, "in-process agent connection ended");
+        }
+    });
+    Ok((to_agent, from_agent))
+}
+
+/// What [`run`] and [`serve_in_process`] share: the validated settings and the session store.
+fn prepare(args: &Args) -> Result<(Arc<Settings>, Sessions), AgentError> {
     let models: Vec<String> = args
         .models
         .iter()
@@ -94,32 +157,16 @@ pub async fn run(args: Args) -> Result<(), AgentError> {
         path: sessions_dir,
         source,
     })?;
-    let tap = WireTap::new(
-        args.wire_log.as_deref(),
-        args.exit_on_request,
-        args.exit_on_method.clone(),
-    )?;
-    let transport = Stdio::new().with_debug(move |line, direction| {
-        if direction == LineDirection::Stdin {
-            tap.on_received_line(line);
-        }
-    });
-    let settings = Arc::new(Settings::from(&args));
-    let sessions = Sessions::new(args.state_dir.clone(), models);
-    tracing::info!(pid = std::process::id(), state_dir = %args.state_dir.display(), "serving ACP on stdio");
-
-    serve(settings, sessions, transport).await?;
-
-    if args.ignore_stdin_eof {
-        tracing::info!("stdin closed; --ignore-stdin-eof: staying alive until killed");
-        std::future::pending::<()>().await;
-    }
-    tracing::info!("stdin closed; exiting");
-    Ok(())
+    let settings = Arc::new(Settings::from(args));
+    Ok((settings, Sessions::new(args.state_dir.clone(), models)))
 }
 
 /// Registers every handler and runs the connection until the client goes away.
-async fn serve(settings: Arc<Settings>, sessions: Sessions, transport: Stdio) -> Result<(), Error> {
+async fn serve(
+    settings: Arc<Settings>,
+    sessions: Sessions,
+    transport: impl ConnectTo<Agent> + 'static,
+) -> Result<(), Error> {
     let init_settings = Arc::clone(&settings);
     let new_sessions = sessions.clone();
     let config_sessions = sessions.clone();

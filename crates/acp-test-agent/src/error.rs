@@ -26,6 +26,9 @@ pub enum AgentError {
         /// The underlying error.
         source: io::Error,
     },
+    /// A flag that needs an agent process was given to an in-process agent.
+    #[error("in-process agent: {0}")]
+    InProcess(&'static str),
     /// The ACP connection failed.
     #[error("ACP connection failed: {0}")]
     Protocol(#[from] agent_client_protocol::Error),

@@ -32,7 +32,7 @@ mod error;
 mod sessions;
 mod wire;
 
-pub use agent::run;
+pub use agent::{InProcessLines, run, serve_in_process};
 pub use cli::Args;
 pub use error::AgentError;
 pub use reply::StopReasonName;

@@ -39,6 +39,9 @@ pub(crate) struct WireTap {
     exit: Option<ExitRule>,
     /// Requests counted so far towards the exit rule.
     counted: AtomicU64,
+    /// The agent id written into every frame: the process id, or a per-instance number for an
+    /// agent served inside its client's process.
+    pid: u32,
 }
 
 impl WireTap {
@@ -71,12 +74,22 @@ impl WireTap {
                 method: exit_on_method,
             }),
             counted: AtomicU64::new(0),
+            pid: std::process::id(),
+        })
+    }
+
+    /// The same tap for an agent served inside its client's process: frames carry `pid`
+    /// instead of the process id, and there is no exit rule (exiting would end the client).
+    pub fn in_process(wire_log: Option<&Path>, pid: u32) -> Result<Self, AgentError> {
+        Ok(Self {
+            pid,
+            ..Self::new(wire_log, None, None)?
         })
     }
 
     /// Logs the frames of one received line, then exits the process if the exit rule fires.
     pub fn on_received_line(&self, line: &str) {
-        let frames = frames_of_line(line, now_ms(), std::process::id());
+        let frames = frames_of_line(line, now_ms(), self.pid);
         if let Some(log) = &self.log {
             for frame in &frames {
                 append_frame(log, frame);

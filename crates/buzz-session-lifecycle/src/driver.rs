@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use buzz_session_store::{KeyScheme, ScopeKey, SessionStore};
+use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::clock::Moment;
@@ -16,7 +17,7 @@ use crate::effect::{Effect, Persist};
 use crate::lifecycle::{Lifecycle, LifecycleConfig, RunningRoute};
 use crate::pending::Batch;
 use crate::plan::{Plan, SessionConfig, SlotView, Target};
-use crate::report::{Delivered, Opened, TurnReport};
+use crate::report::{Delivered, Opened, TurnOutcome, TurnReport};
 use crate::scope::{Input, Scope};
 
 /// Where turn tasks report the sessions they open. Cheap to clone; shared by the event loop
@@ -46,6 +47,25 @@ impl<K> Mailbox<K> {
         self.lock().push((scope, opened));
     }
 
+    /// Reports that `session/new` created `session_id` for `scope`, with the model and permission
+    /// mode actually applied (`None`: the agent's default).
+    pub fn created(
+        &self,
+        scope: &K,
+        session_id: &str,
+        model: &Option<String>,
+        permission_mode: &Option<String>,
+    ) where
+        K: Clone,
+    {
+        let opened = Opened::Created {
+            session_id: session_id.to_string(),
+            model: model.clone(),
+            permission_mode: permission_mode.clone(),
+        };
+        self.post(scope.clone(), opened);
+    }
+
     fn drain(&self) -> Vec<(K, Opened)> {
         std::mem::take(&mut *self.lock())
     }
@@ -60,32 +80,51 @@ pub fn store_key<K: Scope>(scope: &K, scheme: KeyScheme) -> ScopeKey {
     scheme.map(&key)
 }
 
+/// Where telemetry records go: the harness's observer (`kind`, fields).
+pub type RecordSink = Box<dyn Fn(&str, Value) + Send>;
+
 /// The lifecycle, driven from the harness's event loop.
-#[derive(Debug)]
 pub struct Driver<K, I> {
     lifecycle: Lifecycle<K, I>,
+    deferred: Vec<Effect<K, I>>,
     store: SessionStore,
     scheme: KeyScheme,
     mailbox: Mailbox<K>,
+    records: RecordSink,
     origin: Instant,
     session: SessionConfig,
+    fixed: Vec<String>,
+}
+
+impl<K: std::fmt::Debug, I: std::fmt::Debug> std::fmt::Debug for Driver<K, I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("lifecycle", &self.lifecycle)
+            .field("scheme", &self.scheme)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<K: Scope, I: Input> Driver<K, I> {
-    /// A driver over `store`, keyed by `scheme`, reading session reports from `mailbox`.
+    /// A driver over `store`, keyed by `scheme`, reading session reports from `mailbox` and
+    /// writing telemetry to `records`.
     pub fn new(
         config: LifecycleConfig,
         store: SessionStore,
         scheme: KeyScheme,
         mailbox: Mailbox<K>,
+        records: RecordSink,
     ) -> Self {
         Driver {
             lifecycle: Lifecycle::new(config),
+            deferred: Vec::new(),
             store,
             scheme,
             mailbox,
+            records,
             origin: Instant::now(),
             session: SessionConfig::default(),
+            fixed: Vec::new(),
         }
     }
 
@@ -104,9 +143,27 @@ impl<K: Scope, I: Input> Driver<K, I> {
         Moment::from_elapsed(Instant::now().duration_since(self.origin))
     }
 
-    /// The configuration a new session would get now.
-    pub fn set_session_config(&mut self, session: SessionConfig) {
-        self.session = session;
+    /// The configuration a new session gets: `fixed` is everything set at `session/new` that
+    /// does not change at runtime (cwd, MCP servers); the model and permission mode are the
+    /// requested ones.
+    pub fn configure_sessions(
+        &mut self,
+        fixed: &[&str],
+        model: Option<&str>,
+        permission_mode: Option<&str>,
+    ) {
+        self.fixed = fixed.iter().map(|s| s.to_string()).collect();
+        let fixed: Vec<&str> = self.fixed.iter().map(String::as_str).collect();
+        self.session = SessionConfig::new(&fixed, model, permission_mode);
+    }
+
+    /// The owner switched the model (`!model`): new sessions get it, and residents created under
+    /// the old model are not continued. (The scope the command came from is abandoned
+    /// separately.)
+    pub fn set_model(&mut self, model: &str) {
+        let fixed: Vec<&str> = self.fixed.iter().map(String::as_str).collect();
+        let mode = self.session.requested_permission_mode.clone();
+        self.session = SessionConfig::new(&fixed, Some(model), mode.as_deref());
     }
 
     /// Admits input the harness queued (new, or handed back by an ended turn).
@@ -147,11 +204,12 @@ impl<K: Scope, I: Input> Driver<K, I> {
         self.lifecycle.plan_for(scope, window.into_iter().collect())
     }
 
-    /// See [`Lifecycle::turn_end`].
-    pub fn turn_end(&mut self, scope: &K, report: TurnReport) {
+    /// See [`Lifecycle::turn_end`]: `scope`'s turn on worker `slot` ended with `outcome`.
+    pub fn turn_end(&mut self, scope: &K, slot: usize, outcome: TurnOutcome) {
         self.collect_mail();
         let now = self.now();
-        self.lifecycle.turn_end(scope, report, now);
+        self.lifecycle
+            .turn_end(scope, TurnReport { slot, outcome }, now);
         self.flush();
     }
 
@@ -177,8 +235,8 @@ impl<K: Scope, I: Input> Driver<K, I> {
     }
 
     /// See [`Lifecycle::abandon`].
-    pub fn abandon(&mut self, scope: &K) {
-        self.lifecycle.abandon(scope);
+    pub fn abandon(&mut self, scope: &K, live: Vec<(usize, String)>) {
+        self.lifecycle.abandon(scope, live);
         self.flush();
     }
 
@@ -204,10 +262,32 @@ impl<K: Scope, I: Input> Driver<K, I> {
         self.lifecycle.shutdown();
     }
 
-    /// Effects decided so far (after taking in the mailbox).
+    /// See [`Lifecycle::settling`].
+    pub fn settling(&self) -> Vec<(K, usize)> {
+        self.lifecycle.settling()
+    }
+
+    /// Effects for the harness decided so far (after taking in the mailbox). Telemetry records
+    /// go straight to the record sink, in order.
     pub fn take_effects(&mut self) -> Vec<Effect<K, I>> {
         self.collect_mail();
-        self.lifecycle.take_effects()
+        let mut out = std::mem::take(&mut self.deferred);
+        for effect in self.lifecycle.take_effects() {
+            match effect {
+                Effect::Record(record) => {
+                    let (kind, fields) = record.observer_event();
+                    (self.records)(&kind, fields);
+                }
+                other => out.push(other),
+            }
+        }
+        out
+    }
+
+    /// Hands an effect back that cannot run yet (a release whose worker is busy): it comes out of
+    /// the next [`Driver::take_effects`] again, first.
+    pub fn defer(&mut self, effect: Effect<K, I>) {
+        self.deferred.push(effect);
     }
 
     /// Takes in the sessions turn tasks opened and writes their receipts.

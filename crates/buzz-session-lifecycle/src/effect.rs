@@ -102,6 +102,15 @@ pub enum Record {
         #[serde(skip_serializing_if = "Option::is_none")]
         cold_reason: Option<ColdReason>,
     },
+    /// A stored session was reopened.
+    SessionRestored {
+        /// Scope label.
+        scope: String,
+        /// The session.
+        session_id: String,
+        /// The method actually sent.
+        method: RestoreMethod,
+    },
     /// A follow-up waits for its resident's busy worker instead of going cold elsewhere.
     CapacityWait {
         /// Scope label.

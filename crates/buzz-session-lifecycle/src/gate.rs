@@ -53,6 +53,13 @@ pub enum RestoreMethod {
 }
 
 impl RestoreMethod {
+    /// The method with this JSON-RPC name, if it is a restore method.
+    pub fn named(method: &str) -> Option<RestoreMethod> {
+        [RestoreMethod::Load, RestoreMethod::Resume]
+            .into_iter()
+            .find(|m| m.method() == method)
+    }
+
     /// The JSON-RPC method name, as sent.
     pub fn method(self) -> &'static str {
         match self {
@@ -96,6 +103,15 @@ mod tests {
             };
             assert_eq!(restore_method(caps), want, "{caps:?}");
         }
+        assert_eq!(
+            RestoreMethod::named("session/resume"),
+            Some(RestoreMethod::Resume)
+        );
+        assert_eq!(
+            RestoreMethod::named("session/load"),
+            Some(RestoreMethod::Load)
+        );
+        assert_eq!(RestoreMethod::named("session/new"), None);
     }
 
     #[test]

@@ -41,13 +41,16 @@ pub mod wire;
 
 mod pending;
 
+pub use buzz_session_store as store;
 pub use clock::Moment;
 pub use driver::{Driver, Mailbox};
 pub use effect::{Effect, Persist, Record};
 pub use gate::{AgentCaps, RestoreMethod, restore_method};
 pub use lifecycle::{Lifecycle, LifecycleConfig, RunningRoute};
 pub use pending::{Batch, Seq};
-pub use plan::{ColdReason, Plan, SessionConfig, SlotView, Target, Via, ViaKind, fingerprint_of};
+pub use plan::{
+    ColdReason, Plan, SessionConfig, SlotView, Target, Via, ViaKind, fingerprint_of, scope_meta,
+};
 pub use report::{Delivered, Opened, TurnOutcome, TurnReport};
 pub use residents::{DisposeReason, Resident};
 pub use retry::RetryPolicy;

@@ -86,7 +86,7 @@ struct Running<I> {
     /// The scope was abandoned while this turn ran: whatever session the turn ends on is not
     /// kept, not recorded as the scope's receipt, and released.
     abandoned: bool,
-    fingerprint: u64,
+    config: SessionConfig,
     window: Vec<String>,
 }
 
@@ -105,6 +105,7 @@ struct ScopeState<I> {
 /// A successful turn whose ledger is committed once its reply is published.
 #[derive(Debug)]
 struct Settle {
+    slot: usize,
     window: Vec<String>,
     triggers: Vec<String>,
     reply: Option<String>,
@@ -224,14 +225,16 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         self.returning.clear();
     }
 
-    /// Routes input that arrives for a scope while one of its turns may be running.
+    /// Routes input that arrives for a scope while one of its turns may be running (with
+    /// residency; without it, everything is handed back).
     ///
     /// `steer`: the operator asked for mid-turn input to be steered into the running turn
     /// (`--multiple-event-handling steer`); otherwise it waits for the next turn, which continues
     /// on the same session.
     pub fn route_running(&mut self, scope: &K, input: I, steer: bool) -> RunningRoute<I> {
         let running = self.scopes.get(scope).is_some_and(|s| s.running.is_some());
-        if !running {
+        // Without residency the harness routes as upstream does.
+        if !running || !self.residents.enabled() {
             return RunningRoute::NotRunning(input);
         }
         if self.scopes.get(scope).is_some_and(|s| s.knows(input.id())) {
@@ -390,7 +393,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             session_id,
             cancel_requested: false,
             abandoned: false,
-            fingerprint: config.fingerprint,
+            config: config.clone(),
             window: Vec::new(),
         });
         self.record(Record::TurnStarted {
@@ -453,12 +456,22 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
 
     /// A turn task opened `scope`'s session.
     pub fn opened(&mut self, scope: &K, opened: Opened) {
+        if let Opened::Restored { session_id, method } = &opened {
+            let record = Record::SessionRestored {
+                scope: scope.label(),
+                session_id: session_id.clone(),
+                method: *method,
+            };
+            self.record(record);
+        }
         let resume = self.config.resume;
         let state = self.state(scope);
         let mut abandoned = false;
+        let mut requested = SessionConfig::default();
         if let Some(running) = state.running.as_mut() {
             running.session_id = Some(opened.session_id().to_string());
             abandoned = running.abandoned;
+            requested = running.config.clone();
         }
         state.retry = None;
         if abandoned {
@@ -470,8 +483,6 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             session_id,
             model,
             permission_mode,
-            requested_model,
-            requested_permission_mode,
         } = opened
         {
             state.fresh = false;
@@ -480,8 +491,8 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 let mut record = SessionRecord::new(session_id);
                 record.model = model;
                 record.permission_mode = permission_mode;
-                record.requested_model = requested_model;
-                record.requested_permission_mode = requested_permission_mode;
+                record.requested_model = requested.requested_model;
+                record.requested_permission_mode = requested.requested_permission_mode;
                 self.persists.push(Persist::Put {
                     scope: scope.clone(),
                     record,
@@ -509,10 +520,11 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             session_id,
             cancel_requested,
             abandoned,
-            fingerprint,
+            config,
             window,
             plan: _,
         } = running;
+        let fingerprint = config.fingerprint;
         let trigger = inputs.last().map(|(_, i)| i.clone());
         match report.outcome {
             TurnOutcome::Replied {
@@ -523,6 +535,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 let state = self.state(scope);
                 state.retry = None;
                 state.settle = Some(Settle {
+                    slot,
                     window,
                     triggers: inputs.iter().map(|(_, i)| i.id().to_string()).collect(),
                     reply: None,
@@ -531,8 +544,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                     self.state(scope).settle = None;
                     self.release(scope, slot, &answered, true);
                 } else if rotated {
-                    self.abandon(scope);
-                    self.release(scope, slot, &answered, true);
+                    self.abandon(scope, vec![(slot, answered)]);
                 } else if self.residents.enabled() {
                     if cancel_requested {
                         self.drop_live(scope, slot, &answered, DisposeReason::CancelLostRace);
@@ -653,6 +665,14 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         self.forget_if_bare(scope);
     }
 
+    /// Successful turns waiting for [`Lifecycle::settled`], with their worker slots.
+    pub fn settling(&self) -> Vec<(K, usize)> {
+        self.scopes
+            .iter()
+            .filter_map(|(k, s)| s.settle.as_ref().map(|settle| (k.clone(), settle.slot)))
+            .collect()
+    }
+
     /// A [`Effect::Release`] of `scope` finished (or was given up because the worker is gone).
     pub fn released(&mut self, scope: &K, session_id: &str) {
         if let Some(state) = self.scopes.get_mut(scope) {
@@ -665,9 +685,14 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
 
     /// An in-process decision to abandon `scope`'s session (`!rotate`, a model switch, a
     /// rotation after a limit): the resident goes, the receipt goes in the same step, and the
-    /// next `session/new` asks for a fresh session. Agent death is not such a decision.
-    pub fn abandon(&mut self, scope: &K) {
+    /// next `session/new` asks for a fresh session. `live` lists the scope's sessions idle
+    /// workers still hold (worker slot, session id): they are released too. Agent death is not
+    /// such a decision.
+    pub fn abandon(&mut self, scope: &K, live: Vec<(usize, String)>) {
         self.dispose(scope, DisposeReason::Abandoned);
+        for (slot, session_id) in live {
+            self.release(scope, slot, &session_id, true);
+        }
         let state = self.state(scope);
         if let Some(running) = state.running.as_mut() {
             running.abandoned = true;
@@ -680,7 +705,8 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         });
     }
 
-    /// The agent was removed from `channel`: every session there is abandoned.
+    /// The agent was removed from `channel`: every session there is abandoned (residents are
+    /// released; the harness drops the other sessions of the channel from its workers).
     pub fn abandon_channel(&mut self, channel: &str) {
         let scopes: Vec<K> = self
             .scopes

@@ -29,6 +29,17 @@ pub struct Batch<I> {
     pub steered: bool,
 }
 
+impl<I> Batch<I> {
+    /// A batch of `inputs` after `attempts` failed attempts.
+    pub fn new(inputs: Vec<I>, attempts: u32, steered: bool) -> Self {
+        Batch {
+            inputs,
+            attempts,
+            steered,
+        }
+    }
+}
+
 /// Input waiting for the scope's next turn.
 #[derive(Debug)]
 pub(crate) struct Pending<I> {

@@ -2,6 +2,9 @@
 
 use buzz_session_store::SessionRecord;
 use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::scope::Scope;
 
 /// How a turn reaches the scope's session.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +82,34 @@ pub struct Plan {
     pub fresh: bool,
 }
 
+impl Plan {
+    /// Extends the `_meta` of a `session/new` with the scope (so a gateway that keys state by
+    /// channel can tell the threads of a channel apart) and, until a new session succeeds after
+    /// an abandonment, `freshSession: true` (#6103).
+    pub fn extend_meta(
+        &self,
+        mut meta: Map<String, Value>,
+        scope: &impl Scope,
+    ) -> Map<String, Value> {
+        meta.extend(scope_meta(scope));
+        if self.fresh {
+            meta.insert("freshSession".into(), Value::Bool(true));
+        }
+        meta
+    }
+}
+
+/// The `_meta` naming a scope, sent with `session/new`, `session/load` and `session/resume`:
+/// `channelId` always, `threadRootEventId` for thread scopes.
+pub fn scope_meta(scope: &impl Scope) -> Map<String, Value> {
+    let mut meta = Map::new();
+    meta.insert("channelId".into(), scope.channel().into());
+    if let Some(root) = scope.thread_root() {
+        meta.insert("threadRootEventId".into(), root.into());
+    }
+    meta
+}
+
 impl Default for Plan {
     /// What upstream does: a new session, no special meta.
     fn default() -> Self {
@@ -130,6 +161,21 @@ pub struct SessionConfig {
     pub requested_permission_mode: Option<String>,
 }
 
+impl SessionConfig {
+    /// The configuration of a new session created now: `fixed` holds everything else fixed at
+    /// `session/new` (cwd, MCP servers, …), and the requested model and permission mode are part
+    /// of the fingerprint too.
+    pub fn new(fixed: &[&str], model: Option<&str>, permission_mode: Option<&str>) -> Self {
+        let mut parts = fixed.to_vec();
+        parts.extend([model.unwrap_or(""), permission_mode.unwrap_or("")]);
+        SessionConfig {
+            fingerprint: fingerprint_of(&parts),
+            requested_model: model.map(str::to_string),
+            requested_permission_mode: permission_mode.map(str::to_string),
+        }
+    }
+}
+
 /// A stable 64-bit digest of configuration parts (FNV-1a; the parts are length-prefixed so
 /// `["ab", "c"]` and `["a", "bc"]` differ). Stable across processes and releases, unlike
 /// `std`'s hasher.
@@ -152,7 +198,30 @@ pub fn fingerprint_of(parts: &[&str]) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::testing::TestScope;
+
+    #[test]
+    fn meta_names_the_scope_and_asks_for_a_fresh_session_only_when_planned() {
+        let mut base = Map::new();
+        base.insert("sessionTitle".into(), "Dev".into());
+        let plan = Plan::default();
+        let thread = TestScope::thread("c1", "r1");
+        assert_eq!(
+            Value::Object(plan.extend_meta(base.clone(), &thread)),
+            json!({"sessionTitle": "Dev", "channelId": "c1", "threadRootEventId": "r1"})
+        );
+        let fresh = Plan {
+            fresh: true,
+            ..Plan::default()
+        };
+        assert_eq!(
+            Value::Object(fresh.extend_meta(Map::new(), &TestScope::conversation("c2"))),
+            json!({"channelId": "c2", "freshSession": true})
+        );
+    }
 
     #[test]
     fn fingerprints_are_stable_and_separate_parts() {

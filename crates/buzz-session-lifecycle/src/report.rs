@@ -7,18 +7,16 @@ use crate::gate::RestoreMethod;
 /// receipt is durable even if the process stops in the middle of a long turn.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Opened {
-    /// `session/new` succeeded.
+    /// `session/new` succeeded. (What was *requested* is known to the lifecycle: the
+    /// configuration the turn started under.)
     Created {
         /// The new session id.
         session_id: String,
-        /// The model actually applied (`None`: the agent's default).
+        /// The model actually applied (`None`: the agent's default, also when it rejected the
+        /// requested one, #6990).
         model: Option<String>,
         /// The permission mode actually applied (`None`: the agent's default).
         permission_mode: Option<String>,
-        /// The model the harness asked for.
-        requested_model: Option<String>,
-        /// The permission mode the harness asked for.
-        requested_permission_mode: Option<String>,
     },
     /// A stored session was reopened.
     Restored {

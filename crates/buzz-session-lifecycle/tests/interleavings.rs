@@ -317,8 +317,6 @@ impl World {
                     session_id: format!("s{}", self.next_id),
                     model: None,
                     permission_mode: None,
-                    requested_model: None,
-                    requested_permission_mode: None,
                 }
             }
         };
@@ -519,6 +517,20 @@ impl World {
         }
     }
 
+    fn idle_sessions(&self, pick: impl Fn(&TestScope) -> bool) -> Vec<(TestScope, usize, String)> {
+        let mut out = Vec::new();
+        for (i, slot) in self.slots.iter().enumerate() {
+            if *slot == SlotM::Idle {
+                for (scope, sid) in &self.sessions[i] {
+                    if pick(scope) {
+                        out.push((scope.clone(), i, sid.clone()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     fn drop_idle_sessions(&mut self, pick: impl Fn(&TestScope) -> bool) {
         for (i, slot) in self.slots.iter().enumerate() {
             if *slot == SlotM::Idle {
@@ -572,7 +584,12 @@ impl World {
                 // `!rotate`: the harness drops the scope's session from idle workers and signals
                 // a running turn.
                 let scope = self.pick_scope();
-                self.l.abandon(&scope);
+                let live = self
+                    .idle_sessions(|s| *s == scope)
+                    .into_iter()
+                    .map(|(_, slot, sid)| (slot, sid))
+                    .collect();
+                self.l.abandon(&scope, live);
                 self.drop_idle_sessions(|s| *s == scope);
                 if let Some(turn) = self.turns.get_mut(&scope) {
                     turn.rotate = true;

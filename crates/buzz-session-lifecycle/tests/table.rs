@@ -91,8 +91,6 @@ fn created(session: &str) -> Opened {
         session_id: session.into(),
         model: None,
         permission_mode: Some("bypassPermissions".into()),
-        requested_model: None,
-        requested_permission_mode: Some("bypassPermissions".into()),
     }
 }
 
@@ -406,8 +404,19 @@ fn the_retry_notice_names_rotate_only_when_an_owner_is_configured() {
 #[test]
 fn abandoning_removes_the_receipt_and_asks_for_a_fresh_session_until_one_is_created() {
     let mut l = lifecycle(0);
-    l.abandon(&a());
+    // An idle worker still holds the scope's session: it is released (closed) too.
+    l.abandon(&a(), vec![(1, "s0".to_string())]);
     assert_eq!(l.take_persists(), [Persist::Remove { scope: a() }]);
+    assert_eq!(releases(&l.take_effects()), [(1, "s0".to_string())]);
+    admit(&mut l, &a(), &["a0"]);
+    assert!(
+        l.plan(&IDLE2, &cfg(), Moment(0)).is_empty(),
+        "waits for the release"
+    );
+    l.released(&a(), "s0");
+    l.take_effects();
+    assert_eq!(start(&mut l, &a(), 0), ["a0"]);
+    end(&mut l, &a(), 0, TurnOutcome::Cancelled, 0);
     admit(&mut l, &a(), &["a1"]);
     l.start(&a(), 0, &cfg(), || {
         panic!("no receipt lookup after an abandonment")
@@ -579,7 +588,7 @@ fn every_disposal_trigger_disposes_exactly_once() {
                 );
             }
             "rotate" => {
-                l.abandon(&a());
+                l.abandon(&a(), Vec::new());
                 end(&mut l, &a(), 0, TurnOutcome::Rotated, 0);
             }
             "worker-exit" => end(&mut l, &a(), 0, TurnOutcome::WorkerLost, 0),
