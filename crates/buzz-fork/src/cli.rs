@@ -48,6 +48,23 @@ pub enum Command {
     Render,
 }
 
+impl Command {
+    /// The subcommand's name, as typed.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Apply(_) => "apply",
+            Command::Check => "check",
+            Command::Verify(_) => "verify",
+            Command::Refresh(_) => "refresh",
+            Command::Sync(_) => "sync",
+            Command::Retire(_) => "retire",
+            Command::Status => "status",
+            Command::Render => "render",
+        }
+    }
+}
+
 /// `apply` options.
 #[derive(Debug, Args)]
 pub struct ApplyArgs {

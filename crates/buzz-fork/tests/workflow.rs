@@ -8,7 +8,7 @@ use buzz_fork::cmd::{apply, retire};
 use common::{DATE, Fixture, git, write};
 
 fn problems(f: &Fixture) -> String {
-    f.check().problems.join("\n")
+    f.check().problems().join("\n")
 }
 
 #[test]
@@ -213,7 +213,7 @@ fn check_fails_on_an_offset_patch() {
     );
     write(&f.root.join("patches/session-resume.patch"), &text);
     let report = f.check();
-    let p = report.problems.join("\n");
+    let p = report.problems().join("\n");
     assert!(p.contains("context matches only at offset +2"), "{p}");
     assert_eq!(report.rows[0].apply, "offset");
 }
@@ -228,7 +228,7 @@ fn check_fails_on_an_undeclared_path_and_a_missing_snapshot() {
     std::fs::remove_file(f.root.join("tests/snapshots/session_resume__resumes.snap")).unwrap();
     f.render();
     let report = f.check();
-    let p = report.problems.join("\n");
+    let p = report.problems().join("\n");
     assert!(
         p.contains("touches crates/up/src/pool.rs, which `paths` does not declare"),
         "{p}"

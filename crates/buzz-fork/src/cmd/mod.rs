@@ -103,6 +103,12 @@ impl Context {
 /// Whatever the command reports.
 pub fn dispatch(cli: &Cli) -> Result<Outcome> {
     let ctx = Context::new(cli.root.as_deref())?;
+    // Commands that use the work repo hold the work-area lock throughout;
+    // `status` and `render` work in process and never wait.
+    let _lock = match &cli.command {
+        Command::Status | Command::Render => None,
+        other => Some(crate::workarea::lock_work_area(&ctx.layout, other.name())?),
+    };
     match &cli.command {
         Command::Apply(args) => apply::run(&ctx, args),
         Command::Check => check::run(&ctx),
