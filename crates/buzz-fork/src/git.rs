@@ -725,6 +725,50 @@ impl Repo<'_> {
         text("format-patch", self.git.exec_ok(call)?)
     }
 
+    /// `git diff-tree -p` between two commits, in the form `git apply` reads.
+    ///
+    /// # Errors
+    /// When git fails.
+    pub fn diff(&self, from: &Oid, to: &Oid) -> Result<String> {
+        let out = self.git.exec_ok(
+            self.call("diff-tree")
+                .args([
+                    "-p",
+                    "--full-index",
+                    "--binary",
+                    "--no-renames",
+                    "--no-ext-diff",
+                    "--no-textconv",
+                    "--unified=3",
+                ])
+                .arg(from.as_str())
+                .arg(to.as_str()),
+        )?;
+        text("diff-tree", out)
+    }
+
+    /// `git fetch <url> +<rev>:<into>` and the commit it fetched;
+    /// `Ok(Err(reason))` when git cannot fetch (bad URL, unknown ref).
+    ///
+    /// # Errors
+    /// When git cannot be started or prints something unreadable.
+    pub fn fetch(&self, url: &str, rev: &str, into: &str) -> Result<Result<Oid, String>> {
+        let out = self.git.exec(
+            self.call("fetch")
+                .args(["--quiet", "--no-tags", "--force", "--no-write-fetch-head"])
+                .arg("--")
+                .arg(url)
+                .arg(format!("+{rev}:{into}")),
+        )?;
+        if out.code != Some(0) {
+            return Ok(Err(crate::error::first_line(&out.stderr)));
+        }
+        match self.resolve(&format!("{into}^{{commit}}"))? {
+            Some(oid) => Ok(Ok(oid)),
+            None => Ok(Err(format!("{rev} is not a commit"))),
+        }
+    }
+
     /// `git range-diff` between two versions of the series.
     ///
     /// # Errors

@@ -50,6 +50,8 @@ pub struct Layout {
     pub root: PathBuf,
     /// `target/fork-work`.
     pub work: PathBuf,
+    /// Cargo's target directory for patched trees (`<root>/target`).
+    pub target: PathBuf,
 }
 
 impl Layout {
@@ -59,7 +61,15 @@ impl Layout {
         Layout {
             root: root.to_path_buf(),
             work: root.join("target").join("fork-work"),
+            target: root.join("target"),
         }
+    }
+
+    /// The fork-CI area (`target/fork-work/ci`): the fetched upstream, the
+    /// candidate copy of the repository and its cargo target directory.
+    #[must_use]
+    pub fn ci_dir(&self) -> PathBuf {
+        self.work.join("ci")
     }
 
     /// The scratch repository.
@@ -86,10 +96,11 @@ impl Layout {
         self.work.join("sync")
     }
 
-    /// Cargo's target directory shared with the root workspace.
+    /// Cargo's target directory (shared with the root workspace, except
+    /// for a fork-CI candidate, which has its own).
     #[must_use]
     pub fn target_dir(&self) -> PathBuf {
-        self.root.join("target")
+        self.target.clone()
     }
 
     /// The baseline directory.

@@ -12,6 +12,7 @@ use crate::workarea::Layout;
 
 pub mod apply;
 pub mod check;
+pub mod ci;
 pub mod refresh;
 pub mod render;
 pub mod retire;
@@ -118,5 +119,6 @@ pub fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Retire(args) => retire::run(&ctx, args),
         Command::Status => status::run(&ctx),
         Command::Render => render::run(&ctx),
+        Command::Ci(args) => ci::run(&ctx, args),
     }
 }

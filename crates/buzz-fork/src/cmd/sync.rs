@@ -332,6 +332,33 @@ fn hunk_fits(
     Ok(out)
 }
 
+/// Whether upstream took patch `i` together with later patches that edit
+/// its lines (so neither its own reverse nor its forward form fits): the
+/// smallest `j > i` whose combined change `i..=j` reverse-applies to `head`.
+fn upstream_with_later(
+    repo: &Repo<'_>,
+    old: &workarea::Series,
+    i: usize,
+    head: &Oid,
+) -> Result<Option<usize>> {
+    for j in i + 1..old.commits.len() {
+        let diff = repo.diff(old.prefix_tip(i), &old.commits[j].commit)?;
+        let file = tempfile::Builder::new()
+            .prefix("buzz-fork-combined-")
+            .suffix(".patch")
+            .tempfile()
+            .map_err(|e| Error::io("creating a temporary file in", std::env::temp_dir(), e))?;
+        std::fs::write(file.path(), diff.as_bytes())
+            .map_err(|e| Error::io("writing", file.path(), e))?;
+        if let ApplyOutcome::Applied(_) =
+            repo.apply_patch(head, file.path(), Direction::Reverse, ApplyMode::CheckOnly)?
+        {
+            return Ok(Some(j));
+        }
+    }
+    Ok(None)
+}
+
 /// Whether every hunk fits exactly (file creation and deletion included).
 fn fits_exactly(repo: &Repo<'_>, commit: &Oid, parsed: &ParsedPatch) -> Result<bool> {
     let reader: crate::exact::BaseReader<'_> = Box::new(move |path: &str| {
@@ -462,6 +489,24 @@ pub fn compute(
                     rep.files = files;
                 }
             },
+        }
+        if rep.status == SyncStatus::Conflict
+            && !resolved.contains_key(entry.id.as_str())
+            && let Some(later) = upstream_with_later(&repo, &old, i, &head)?
+        {
+            let ids: Vec<&str> = active[i + 1..=later]
+                .iter()
+                .map(|e| e.id.as_str())
+                .collect();
+            rep.status = SyncStatus::AlreadyUpstream;
+            rep.files = parsed.paths();
+            rep.hunks.clear();
+            rep.detail = Some(format!(
+                "upstream has it together with the later {}: the reverse of their combined change applies (sync --write retires it as upstreamed)",
+                ids.join(", ")
+            ));
+            patches.push(rep);
+            continue;
         }
         if let Some((commit, parent)) = resolved.get(entry.id.as_str())
             && let MergeOutcome::Clean(tree) = repo.merge_tree(parent, &head, commit)?
@@ -791,7 +836,10 @@ fn write_baseline(repo: &Repo<'_>, registry: &Registry, base: &Oid, dest: &Path)
 }
 
 /// Adopts a ready sync in the repository and rebuilds the work repo on it.
-fn write(
+///
+/// # Errors
+/// See [`adopt`]; git failures rebuilding the work repo.
+pub fn write(
     ctx: &Context,
     registry: &Registry,
     run: &SyncRun,
