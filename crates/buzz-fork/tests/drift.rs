@@ -668,3 +668,117 @@ fn an_upstream_without_the_crate_is_refused_on_one_line_and_moves_nothing() {
         assert_eq!(std::fs::read(&report).unwrap(), before_report);
     }
 }
+
+// ---------------------------------------------------------------------------
+// A workspace baseline (`tests/drift/workspace/`): upstream's crate, the
+// sibling crate it depends on by path, and upstream's root manifest (kept
+// here as `upstream/Cargo.toml`).
+// ---------------------------------------------------------------------------
+
+/// A scratch root for the two-crate case: our root manifest and tests
+/// package, the baseline crates at their paths, upstream's root manifest
+/// under `upstream/`.
+fn setup_workspace() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let src = corpus("workspace");
+    copy_dir(&src.join("root"), &root);
+    copy_dir(&src.join("base/crates"), &root.join("crates"));
+    write(
+        &root.join("upstream/Cargo.toml"),
+        &std::fs::read_to_string(src.join("base/Cargo.toml")).unwrap(),
+    );
+    copy_dir(&src.join("patches"), &root.join("patches"));
+    std::fs::copy(src.join("patches.json"), root.join("patches.json")).unwrap();
+    write(&root.join(".gitignore"), "/target\n");
+    let ctx = Context::new(Some(&root)).unwrap();
+    let registry = ctx.registry().unwrap();
+    write(
+        &root.join("FORK_PATCHES.md"),
+        &buzz_fork::cmd::render::inventory(&ctx, &registry).unwrap(),
+    );
+    write(&root.join("patches/content/resume-within-limit.txt"), &{
+        let text = std::fs::read_to_string(root.join("patches/resume-within-limit.patch")).unwrap();
+        buzz_fork::patchfile::content_snapshot(
+            "resume-within-limit",
+            &buzz_fork::patchfile::parse(&text).unwrap(),
+        )
+    });
+    (dir, root)
+}
+
+#[test]
+fn workspace_baseline_imports_the_sibling_crate_and_verify_builds_both() {
+    let (_dir, root) = setup_workspace();
+    let (code, out, _) = run_bin(&root, &["check"]);
+    assert_eq!(code, 0, "{out}");
+    let upstream = corpus("workspace").join("upstream");
+    // Only the sibling crate (and upstream's root manifest) changed.
+    let (code, report, out, err) = sync_bin(&root, &upstream, &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(report.result, SyncResult::Ready);
+    assert_eq!(report.patches[0].status, SyncStatus::Exact);
+    assert_ne!(report.upstream.old_tree, report.upstream.new_tree);
+    // The crate directory alone is not enough for a workspace baseline.
+    let (code, _, err) = run_bin(
+        &root,
+        &[
+            "sync",
+            "--upstream",
+            upstream.join("crates/buzz-acp").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("(a workspace baseline needs the checkout root)"),
+        "{err}"
+    );
+    // Nor is a checkout without the sibling.
+    let partial = tempfile::tempdir().unwrap();
+    copy_dir(
+        &upstream.join("crates/buzz-acp"),
+        &partial.path().join("crates/buzz-acp"),
+    );
+    let (code, _, err) = run_bin(
+        &root,
+        &["sync", "--upstream", partial.path().to_str().unwrap()],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.trim_end()
+            .ends_with("does not contain crates/buzz-core (upstream.baseline_paths[0])"),
+        "{err}"
+    );
+
+    let (code, _, out, err) = sync_bin(&root, &upstream, &["--write", "--version", "0.9.1"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    for (ours, theirs) in [
+        ("crates/buzz-core/src/lib.rs", "crates/buzz-core/src/lib.rs"),
+        ("crates/buzz-core/Cargo.toml", "crates/buzz-core/Cargo.toml"),
+        ("upstream/Cargo.toml", "Cargo.toml"),
+        ("crates/buzz-acp/src/lib.rs", "crates/buzz-acp/src/lib.rs"),
+    ] {
+        assert_eq!(
+            std::fs::read_to_string(root.join(ours)).unwrap(),
+            std::fs::read_to_string(upstream.join(theirs)).unwrap(),
+            "{ours}"
+        );
+    }
+    let reg = buzz_fork::registry::Registry::load(&root).unwrap();
+    assert_eq!(reg.upstream.tree, report.upstream.new_tree);
+    let (code, out, _) = run_bin(&root, &["check"]);
+    assert_eq!(code, 0, "{out}");
+    // verify builds the patched crate with the new sibling and runs the guard
+    // (which reads buzz-core's new limit) and the mutation check.
+    let (code, out, err) = run_bin(&root, &["verify", "--mutation"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("resume-within-limit | ok           | 1 passed"),
+        "{out}"
+    );
+    assert!(
+        std::fs::read_to_string(root.join("target/fork-work/tree/crates/buzz-core/src/lib.rs"))
+            .unwrap()
+            .contains("    2\n")
+    );
+}
