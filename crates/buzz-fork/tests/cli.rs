@@ -167,3 +167,36 @@ fn root_defaults_to_the_git_toplevel() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// The fork-CI workflow keeps its contract: scheduled and on demand, runs
+/// `scripts/fork ci` with `--write`, treats exit 3 as a verdict, uploads the
+/// report, proposes a branch only on `ready`, and fails on `blocked`.
+#[test]
+fn fork_ci_workflow_contract() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.github/workflows/fork-sync.yml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    for needle in [
+        "schedule:",
+        "- cron: ",
+        "workflow_dispatch:",
+        "scripts/fork ci --upstream-git \"$UPSTREAM_GIT\" --ref \"$UPSTREAM_REF\"",
+        "--report target/fork-work/ci/report.json --write > ci-line.txt",
+        "if [ \"$code\" != 0 ] && [ \"$code\" != 3 ]; then exit \"$code\"; fi",
+        "uses: actions/upload-artifact@v4",
+        "path: target/fork-work/ci/report.*",
+        "if: steps.ci.outputs.result == 'ready'",
+        "branch=\"fork/ready-$version\"",
+        "if: steps.ci.outputs.result == 'blocked'",
+    ] {
+        assert!(text.contains(needle), "workflow lacks {needle:?}");
+    }
+    assert!(
+        !text.contains("continue-on-error"),
+        "a failing step must fail the job"
+    );
+    // The report fields the workflow reads exist.
+    let report = buzz_fork::cmd::ci::CiResult::Ready.as_str();
+    assert_eq!(report, "ready");
+    assert!(text.contains(".sync.upstream.new_version"));
+}
