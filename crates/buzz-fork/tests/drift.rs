@@ -782,3 +782,33 @@ fn workspace_baseline_imports_the_sibling_crate_and_verify_builds_both() {
             .contains("    2\n")
     );
 }
+
+#[test]
+fn a_broken_first_patch_is_one_root_problem_plus_a_count() {
+    let (_dir, root) = setup_three();
+    let patch = std::fs::read_to_string(root.join("patches/session-store-resume.patch")).unwrap();
+    write(
+        &root.join("patches/session-store-resume.patch"),
+        &patch.replacen(" pub mod pool;\n", " pub mod pools;\n", 1),
+    );
+    let (code, out, _) = run_bin(&root, &["check"]);
+    assert_eq!(code, 1, "{out}");
+    let apply_problems: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("hunk #") || l.contains("does not exist"))
+        .collect();
+    assert_eq!(
+        apply_problems,
+        [
+            "  - [session-store-resume] crates/buzz-acp/src/lib.rs hunk #1 @@ -1,3 +1,4 @@: removed/context lines not found"
+        ]
+    );
+    assert!(out.contains("fresh-session-reset    | blocked |"), "{out}");
+    let (code, _, err) = run_bin(&root, &["apply"]);
+    assert_eq!(code, 1);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: [session-store-resume] crates/buzz-acp/src/lib.rs hunk #1 @@ -1,3 +1,4 @@: removed/context lines not found"),
+        "{err}"
+    );
+}

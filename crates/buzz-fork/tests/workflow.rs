@@ -411,3 +411,39 @@ fn retire_by_owner_decision_drops_and_flags_leftover_snapshots() {
     let applied = f.apply();
     assert!(applied.series.commits.is_empty());
 }
+
+#[test]
+fn check_enforces_surface_limits_naming_the_offender() {
+    let f = Fixture::new();
+    f.add_resume_patch();
+    let report = f.check();
+    assert!(report.is_ok(), "{}", report.render());
+    let text = f.read("patches.json").replacen(
+        "\"patches\": [",
+        "\"surface\": {\"max_added_lines_in_upstream_files\": 5, \"max_glue_module_lines\": 80, \"forbid_glue_import_cycles\": true},\n  \"patches\": [",
+        1,
+    );
+    write(&f.root.join("patches.json"), &text);
+    f.render();
+    let p = problems(&f);
+    assert_eq!(
+        p,
+        "[surface] the series adds 10 lines to upstream files, over the limit of 5 (session-resume 10)"
+    );
+    assert!(f.read("FORK_PATCHES.md").contains("+10 (limit 5) / -0"));
+    // Within the limits, nothing is reported; the registry keeps the limits.
+    let text = f.read("patches.json").replace(
+        "\"max_added_lines_in_upstream_files\": 5",
+        "\"max_added_lines_in_upstream_files\": 150",
+    );
+    write(&f.root.join("patches.json"), &text);
+    f.render();
+    assert!(f.check().is_ok(), "{}", f.check().render());
+    assert_eq!(
+        f.registry()
+            .surface
+            .unwrap()
+            .max_added_lines_in_upstream_files,
+        Some(150)
+    );
+}
