@@ -7,7 +7,8 @@ use clap::{Args, Parser, Subcommand};
 /// Maintain the buzz-acp fork's patch series.
 ///
 /// Exit codes: 0 ok, 1 check/verify failure, 2 usage or environment error,
-/// 3 sync blocked (conflict or failed guard).
+/// 3 sync or ci blocked (conflict, failed guard, or for ci a synced series
+/// that fails verify).
 #[derive(Debug, Parser)]
 #[command(
     name = "buzz-fork",
@@ -15,7 +16,7 @@ use clap::{Args, Parser, Subcommand};
     about,
     long_about = None,
     after_help = "Exit codes: 0 ok, 1 check/verify failure, 2 usage or environment error, \
-                  3 sync blocked (conflict or failed guard).\nSee docs/MAINTENANCE.md."
+                  3 sync or ci blocked (conflict, failed guard, failing synced series).\nSee docs/MAINTENANCE.md."
 )]
 pub struct Cli {
     /// Repository root (default: the git toplevel of the current directory).

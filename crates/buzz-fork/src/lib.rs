@@ -3,7 +3,8 @@
 //! The repository carries a pristine upstream baseline (`crates/buzz-acp`),
 //! a registry (`patches.json`) and a series of `git format-patch` files
 //! (`patches/*.patch`). This crate applies, checks, verifies, refreshes,
-//! re-targets (sync) and retires them.
+//! re-targets (sync) and retires them, and runs fork CI on a new upstream
+//! (`ci`).
 //!
 //! Components:
 //! * [`cli`] – the clap command line; [`cmd`] – one module per subcommand.

@@ -363,11 +363,11 @@ pub fn guard_problems(overlay: &Overlay<'_>, entry: &PatchEntry) -> Result<Vec<S
 }
 
 /// Findings about the registry and patch files that stop the series from
-/// being built: missing or unparsable files, bad dependencies, patches that
-/// do not apply. `apply` refuses with the first one; `check` lists them all.
-///
-/// # Errors
-/// I/O errors reading the baseline.
+/// being built (missing or unparsable files, bad dependencies, patches that
+/// do not apply) plus shifted patches, and the number of application
+/// problems of later patches that follow from the first one that does not
+/// apply. `apply` refuses with the first blocking one; `check` lists them all.
+#[must_use]
 pub fn series_findings(
     registry: &Registry,
     analysis: &[PatchAnalysis<'_>],
