@@ -230,87 +230,49 @@ impl Cargo {
             .collect())
     }
 
-    /// Targets of a workspace package (`cargo metadata --no-deps`): pairs of
-    /// (kind, name) such as (`lib`, `buzz_acp`), (`test`, `pinned_defects`).
-    ///
-    /// # Errors
-    /// When cargo fails or prints unreadable JSON.
-    pub fn package_targets(&self, package: &str) -> Result<Vec<(String, String)>> {
-        let mut cmd = Command::new(&self.program);
+    /// `cargo metadata --no-deps` of the tree, through the `cargo_metadata`
+    /// crate (which checks cargo's exit status and parses the JSON into types).
+    fn metadata(&self) -> Result<cargo_metadata::Metadata> {
+        let mut cmd = cargo_metadata::MetadataCommand::new();
+        cmd.cargo_path(&self.program)
+            .manifest_path(&self.manifest)
+            .no_deps();
         for var in SCRUBBED_ENV {
-            cmd.env_remove(var);
+            cmd.env_remove(*var);
         }
-        cmd.args([
-            "metadata",
-            "--no-deps",
-            "--format-version",
-            "1",
-            "--manifest-path",
-        ])
-        .arg(&self.manifest)
-        .env("CARGO_TARGET_DIR", &self.target_dir)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit());
-        let out = cmd.output().map_err(|source| Error::Spawn {
-            program: "cargo".into(),
-            source,
-        })?;
-        let bad = |message: String| Error::Manifest {
-            path: self.manifest.clone(),
-            message: format!("cargo metadata: {message}"),
-        };
-        if !out.status.success() {
-            return Err(bad("failed".into()));
-        }
-        let meta: serde_json::Value =
-            serde_json::from_slice(&out.stdout).map_err(|e| bad(e.to_string()))?;
-        let mut targets = Vec::new();
-        let packages = meta["packages"].as_array().cloned().unwrap_or_default();
-        for pkg in packages.iter().filter(|p| p["name"] == package) {
-            for t in pkg["targets"].as_array().cloned().unwrap_or_default() {
-                let name = t["name"].as_str().unwrap_or_default().to_owned();
-                for kind in t["kind"].as_array().cloned().unwrap_or_default() {
-                    targets.push((kind.as_str().unwrap_or_default().to_owned(), name.clone()));
-                }
-            }
-        }
-        Ok(targets)
+        cmd.env("CARGO_TARGET_DIR", &self.target_dir);
+        cmd.exec().map_err(|e| Error::CargoMetadata {
+            manifest: self.manifest.clone(),
+            detail: crate::error::first_line(&e.to_string()),
+        })
     }
 
-    /// Workspace member package names (`cargo metadata --no-deps`).
+    /// Targets of a workspace package: pairs of (kind, name) such as
+    /// (`lib`, `buzz_acp`), (`test`, `pinned_defects`).
     ///
     /// # Errors
-    /// When cargo fails.
+    /// [`Error::CargoMetadata`] when cargo fails or prints unreadable JSON.
+    pub fn package_targets(&self, package: &str) -> Result<Vec<(String, String)>> {
+        let meta = self.metadata()?;
+        Ok(meta
+            .workspace_packages()
+            .into_iter()
+            .filter(|p| p.name.as_str() == package)
+            .flat_map(|p| &p.targets)
+            .flat_map(|t| t.kind.iter().map(|k| (k.to_string(), t.name.clone())))
+            .collect())
+    }
+
+    /// Workspace member package names.
+    ///
+    /// # Errors
+    /// [`Error::CargoMetadata`] when cargo fails.
     pub fn workspace_packages(&self) -> Result<Vec<String>> {
-        let mut cmd = Command::new(&self.program);
-        for var in SCRUBBED_ENV {
-            cmd.env_remove(var);
-        }
-        cmd.args([
-            "metadata",
-            "--no-deps",
-            "--format-version",
-            "1",
-            "--manifest-path",
-        ])
-        .arg(&self.manifest)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit());
-        let out = cmd.output().map_err(|source| Error::Spawn {
-            program: "cargo".into(),
-            source,
-        })?;
-        let meta: serde_json::Value =
-            serde_json::from_slice(&out.stdout).map_err(|e| Error::Manifest {
-                path: self.manifest.clone(),
-                message: format!("cargo metadata: {e}"),
-            })?;
-        Ok(meta["packages"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|p| p["name"].as_str().map(str::to_owned))
+        let meta = self.metadata()?;
+        Ok(meta
+            .workspace_packages()
+            .into_iter()
+            .map(|p| p.name.to_string())
             .collect())
     }
 }

@@ -7,7 +7,8 @@ use clap::{Args, Parser, Subcommand};
 /// Maintain the buzz-acp fork's patch series.
 ///
 /// Exit codes: 0 ok, 1 check/verify failure, 2 usage or environment error,
-/// 3 sync blocked (conflict or failed guard).
+/// 3 sync or ci blocked (conflict, failed guard, or for ci a synced series
+/// that fails verify).
 #[derive(Debug, Parser)]
 #[command(
     name = "buzz-fork",
@@ -15,7 +16,7 @@ use clap::{Args, Parser, Subcommand};
     about,
     long_about = None,
     after_help = "Exit codes: 0 ok, 1 check/verify failure, 2 usage or environment error, \
-                  3 sync blocked (conflict or failed guard).\nSee docs/MAINTENANCE.md."
+                  3 sync or ci blocked (conflict, failed guard, failing synced series).\nSee docs/MAINTENANCE.md."
 )]
 pub struct Cli {
     /// Repository root (default: the git toplevel of the current directory).
@@ -46,6 +47,27 @@ pub enum Command {
     Status,
     /// Write FORK_PATCHES.md.
     Render,
+    /// Fork CI: fetch upstream, sync, verify --mutation the synced series,
+    /// report; prints one line (no_update / ready / blocked).
+    Ci(CiArgs),
+}
+
+impl Command {
+    /// The subcommand's name, as typed.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Apply(_) => "apply",
+            Command::Check => "check",
+            Command::Verify(_) => "verify",
+            Command::Refresh(_) => "refresh",
+            Command::Sync(_) => "sync",
+            Command::Retire(_) => "retire",
+            Command::Status => "status",
+            Command::Render => "render",
+            Command::Ci(_) => "ci",
+        }
+    }
 }
 
 /// `apply` options.
@@ -98,6 +120,37 @@ pub struct SyncArgs {
     #[arg(long, value_name = "VERSION")]
     pub version: Option<String>,
     /// Upstream commit or tag of the new baseline (recorded with --write).
+    #[arg(long, value_name = "TEXT")]
+    pub commit: Option<String>,
+    /// Date for Last-Update of content changes (default: today, UTC).
+    #[arg(long, value_name = "YYYY-MM-DD")]
+    pub date: Option<String>,
+}
+
+/// `ci` options.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["upstream", "upstream_git"])))]
+pub struct CiArgs {
+    /// New upstream: the crate directory or a checkout containing upstream.path.
+    #[arg(long, value_name = "DIR")]
+    pub upstream: Option<PathBuf>,
+    /// New upstream: a git repository URL (or path) to fetch `--ref` from.
+    #[arg(long, value_name = "URL", requires = "git_ref")]
+    pub upstream_git: Option<String>,
+    /// The branch, tag or commit of `--upstream-git`.
+    #[arg(long = "ref", value_name = "REF", requires = "upstream_git")]
+    pub git_ref: Option<String>,
+    /// JSON report path (default: target/fork-work/ci/report.json); the
+    /// Markdown summary and range-diff are written next to it.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Adopt a ready result in the repository (as `sync --write`).
+    #[arg(long)]
+    pub write: bool,
+    /// Upstream version (default: the version in the crate's Cargo.toml).
+    #[arg(long, value_name = "VERSION")]
+    pub version: Option<String>,
+    /// Upstream commit text recorded with --write (default: the fetched commit id).
     #[arg(long, value_name = "TEXT")]
     pub commit: Option<String>,
     /// Date for Last-Update of content changes (default: today, UTC).

@@ -1,44 +1,57 @@
-//! Calendar dates for `Last-Update` without a clock dependency.
+//! Calendar dates of the registry (`Last-Update`, `--date`), validated by
+//! jiff: `2026-02-31` is rejected, not just a malformed shape.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use jiff::civil::Date;
 
 use crate::error::{Error, Result};
-use crate::registry::is_date;
 
-/// Converts days since 1970-01-01 to a proleptic Gregorian (year, month, day).
+/// Parses a `YYYY-MM-DD` calendar date: exactly that shape (no ISO 8601
+/// variants such as `20261130` or a time part) and a day that exists.
+///
+/// # Errors
+/// A message saying what is wrong with `text`.
+pub fn parse(text: &str) -> Result<Date, String> {
+    let b = text.as_bytes();
+    let shaped = b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
+    if !shaped {
+        return Err(format!("{text:?} is not YYYY-MM-DD"));
+    }
+    let number = |r: std::ops::Range<usize>| text[r].parse::<i16>().unwrap_or(0);
+    let (year, month, day) = (number(0..4), number(5..7), number(8..10));
+    let month = i8::try_from(month).map_err(|_| format!("{text:?} is not a calendar date"))?;
+    let day = i8::try_from(day).map_err(|_| format!("{text:?} is not a calendar date"))?;
+    Date::new(year, month, day).map_err(|e| format!("{text:?} is not a calendar date: {e}"))
+}
+
+/// Whether `text` is a valid `YYYY-MM-DD` date.
 #[must_use]
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    // Shift the epoch to 0000-03-01 so leap days fall at the end of a cycle.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097); // day of era, 0..=146096
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // 0..=399
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // 0..=365
-    let mp = (5 * doy + 2) / 153; // month from March, 0..=11
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month as u32, day as u32)
+pub fn is_date(text: &str) -> bool {
+    parse(text).is_ok()
 }
 
 /// Today's UTC date as `YYYY-MM-DD`.
 #[must_use]
 pub fn today() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
-    format!("{y:04}-{m:02}-{d:02}")
+    let date = jiff::Timestamp::now()
+        .to_zoned_datetime(jiff::tz::TimeZone::UTC)
+        .date();
+    format!("{:04}-{:02}-{:02}", date.year(), date.month(), date.day())
 }
 
 /// The `--date` option, validated, or today.
 ///
 /// # Errors
-/// [`Error::Usage`] for a malformed date.
+/// [`Error::Usage`] for a malformed or impossible date.
 pub fn resolve(option: Option<&str>) -> Result<String> {
     match option {
-        Some(d) if is_date(d) => Ok(d.to_owned()),
-        Some(d) => Err(Error::Usage(format!("--date {d:?} is not YYYY-MM-DD"))),
+        Some(d) => parse(d)
+            .map(|_| d.to_owned())
+            .map_err(|e| Error::Usage(format!("--date {e}"))),
         None => Ok(today()),
     }
 }
@@ -48,11 +61,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn known_days() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(10_957), (2000, 1, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(civil_from_days(20_788), (2026, 12, 1));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+    fn real_dates_pass() {
+        for good in ["2026-11-30", "2024-02-29", "2000-02-29", "1999-12-31"] {
+            assert!(is_date(good), "{good}");
+        }
+    }
+
+    #[test]
+    fn impossible_and_malformed_dates_fail() {
+        for bad in [
+            "2026-02-31",
+            "2026-02-29",
+            "1900-02-29",
+            "2026-04-31",
+            "2026-13-01",
+            "2026-11-00",
+            "2026-1-01",
+            "20261130",
+            "2026-11-30T00:00",
+            "+02026-11-30",
+            "",
+        ] {
+            assert!(!is_date(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn today_is_a_date() {
+        assert!(is_date(&today()), "{}", today());
+    }
+
+    #[test]
+    fn resolve_names_the_option() {
+        let err = resolve(Some("2026-02-31")).unwrap_err().to_string();
+        assert!(
+            err.starts_with("--date \"2026-02-31\" is not a calendar date"),
+            "{err}"
+        );
+        assert_eq!(resolve(Some("2026-02-28")).unwrap(), "2026-02-28");
     }
 }

@@ -199,6 +199,79 @@ pub enum Error {
     /// A command-line value is not acceptable.
     #[error("{0}")]
     Usage(String),
+    /// The directory given as the new upstream does not hold the baseline.
+    #[error("--upstream {}: {detail}", dir.display())]
+    UpstreamInvalid {
+        /// The directory as given.
+        dir: PathBuf,
+        /// What is missing.
+        detail: String,
+    },
+    /// An upstream git repository or ref cannot be fetched.
+    #[error("cannot fetch {rev} from {url}: {detail}")]
+    Fetch {
+        /// The repository URL as given.
+        url: String,
+        /// The ref as given.
+        rev: String,
+        /// git's first line of explanation.
+        detail: String,
+    },
+    /// The work repository exists but git cannot use it.
+    #[error(
+        "work repo {} is not a usable git repository ({detail}); delete it (rm -rf {}) or run `scripts/fork apply --force`, which rebuilds it",
+        repo.display(),
+        repo.display()
+    )]
+    WorkRepoCorrupt {
+        /// Work repo location.
+        repo: PathBuf,
+        /// git's first line of explanation.
+        detail: String,
+    },
+    /// The registered series cannot be built: the first blocking finding of
+    /// `check`, and how many more there are.
+    #[error("{first}{}", more_suffix(*more))]
+    SeriesInvalid {
+        /// The first blocking problem, prefixed with its subject.
+        first: String,
+        /// How many further problems `check` reports.
+        more: usize,
+    },
+    /// cargo metadata failed or printed something unreadable.
+    #[error("cargo metadata for {}: {detail}", manifest.display())]
+    CargoMetadata {
+        /// The manifest.
+        manifest: PathBuf,
+        /// First line of cargo's explanation.
+        detail: String,
+    },
+}
+
+fn more_suffix(more: usize) -> String {
+    match more {
+        0 => " (run `scripts/fork check` for the full report)".to_owned(),
+        n => format!(" (and {n} more problem(s); run `scripts/fork check` for the full report)"),
+    }
+}
+
+/// The first line of a tool's error output that explains something: `fatal:`
+/// and `error:` lines first, never usage text, hints or advice.
+#[must_use]
+pub fn first_line(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .filter(|l| !(l.starts_with("hint:") || l.starts_with("usage:") || l.starts_with("or:")))
+        .collect();
+    let chosen = lines
+        .iter()
+        .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
+        .or_else(|| lines.first())
+        .copied()
+        .unwrap_or("");
+    chosen.to_owned()
 }
 
 impl Error {
@@ -207,6 +280,7 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::PatchDoesNotApply { .. }
+            | Error::SeriesInvalid { .. }
             | Error::LockMismatch { .. }
             | Error::RetireRefused { .. }
             | Error::BaselineEdited { .. } => 1,

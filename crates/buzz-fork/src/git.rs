@@ -196,6 +196,20 @@ pub enum ApplyMode {
     Write,
 }
 
+/// A part of a composed tree (see [`Repo::compose_tree`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TreePart {
+    /// A whole directory tree.
+    Tree(Oid),
+    /// One file.
+    Blob {
+        /// The blob.
+        oid: Oid,
+        /// Whether it is executable.
+        executable: bool,
+    },
+}
+
 /// Result of an in-memory three-way merge.
 #[derive(Debug, Clone)]
 pub enum MergeOutcome {
@@ -435,7 +449,9 @@ fn failure(sub: &str, out: &RawOutput) -> Error {
             None => "killed by a signal".to_owned(),
         }
     } else {
-        out.stderr.clone()
+        // git's stderr can run to usage text and advice; the first
+        // explaining line is the message, so errors stay on one line.
+        crate::error::first_line(&out.stderr)
     };
     Error::Git {
         cmd: sub.to_owned(),
@@ -478,6 +494,20 @@ impl Repo<'_> {
     #[must_use]
     pub fn exists(&self) -> bool {
         self.git_dir.join("HEAD").is_file()
+    }
+
+    /// Whether git can use the repository: `Ok(Err(reason))` when it
+    /// cannot (a broken `HEAD`, missing object store, …).
+    ///
+    /// # Errors
+    /// When git cannot be started.
+    pub fn check_usable(&self) -> Result<Result<(), String>> {
+        let out = self.git.exec(self.call("rev-parse").arg("--git-dir"))?;
+        if out.code == Some(0) {
+            Ok(Ok(()))
+        } else {
+            Ok(Err(crate::error::first_line(&out.stderr)))
+        }
     }
 
     fn call(&self, sub: &'static str) -> Call<'_> {
@@ -528,6 +558,50 @@ impl Repo<'_> {
         write.index = Some(&index);
         let out = self.git.exec_ok(write)?;
         Oid::parse("write-tree", &text("write-tree", out)?)
+    }
+
+    /// Writes a root tree from parts placed at repo-relative paths: whole
+    /// trees (`read-tree --prefix`) and single blobs (`update-index
+    /// --cacheinfo`), in a scratch index.
+    ///
+    /// # Errors
+    /// When git fails.
+    pub fn compose_tree(&self, parts: &[(String, TreePart)]) -> Result<Oid> {
+        let (_guard, index) = temp_index()?;
+        for (path, part) in parts {
+            let mut call = match part {
+                TreePart::Tree(tree) => self
+                    .call("read-tree")
+                    .arg(format!("--prefix={}/", path.trim_end_matches('/')))
+                    .arg(tree.as_str()),
+                TreePart::Blob { oid, executable } => self
+                    .call("update-index")
+                    .args(["--add", "--cacheinfo"])
+                    .arg(format!(
+                        "{},{oid},{path}",
+                        if *executable { "100755" } else { "100644" }
+                    )),
+            };
+            call.index = Some(&index);
+            self.git.exec_ok(call)?;
+        }
+        let mut write = self.call("write-tree");
+        write.index = Some(&index);
+        let out = self.git.exec_ok(write)?;
+        Oid::parse("write-tree", &text("write-tree", out)?)
+    }
+
+    /// `git hash-object -w`: stores a file's content as a blob.
+    ///
+    /// # Errors
+    /// When git fails.
+    pub fn hash_file(&self, file: &Path) -> Result<Oid> {
+        let out = self.git.exec_ok(
+            self.call("hash-object")
+                .args(["-w", "--no-filters", "--"])
+                .arg(file),
+        )?;
+        Oid::parse("hash-object", &text("hash-object", out)?)
     }
 
     /// `git commit-tree`: a commit with the fixed identity and date.
@@ -649,6 +723,50 @@ impl Repo<'_> {
             ])
             .arg(commit.as_str());
         text("format-patch", self.git.exec_ok(call)?)
+    }
+
+    /// `git diff-tree -p` between two commits, in the form `git apply` reads.
+    ///
+    /// # Errors
+    /// When git fails.
+    pub fn diff(&self, from: &Oid, to: &Oid) -> Result<String> {
+        let out = self.git.exec_ok(
+            self.call("diff-tree")
+                .args([
+                    "-p",
+                    "--full-index",
+                    "--binary",
+                    "--no-renames",
+                    "--no-ext-diff",
+                    "--no-textconv",
+                    "--unified=3",
+                ])
+                .arg(from.as_str())
+                .arg(to.as_str()),
+        )?;
+        text("diff-tree", out)
+    }
+
+    /// `git fetch <url> +<rev>:<into>` and the commit it fetched;
+    /// `Ok(Err(reason))` when git cannot fetch (bad URL, unknown ref).
+    ///
+    /// # Errors
+    /// When git cannot be started or prints something unreadable.
+    pub fn fetch(&self, url: &str, rev: &str, into: &str) -> Result<Result<Oid, String>> {
+        let out = self.git.exec(
+            self.call("fetch")
+                .args(["--quiet", "--no-tags", "--force", "--no-write-fetch-head"])
+                .arg("--")
+                .arg(url)
+                .arg(format!("+{rev}:{into}")),
+        )?;
+        if out.code != Some(0) {
+            return Ok(Err(crate::error::first_line(&out.stderr)));
+        }
+        match self.resolve(&format!("{into}^{{commit}}"))? {
+            Some(oid) => Ok(Ok(oid)),
+            None => Ok(Err(format!("{rev} is not a commit"))),
+        }
     }
 
     /// `git range-diff` between two versions of the series.

@@ -3,7 +3,8 @@
 //! The repository carries a pristine upstream baseline (`crates/buzz-acp`),
 //! a registry (`patches.json`) and a series of `git format-patch` files
 //! (`patches/*.patch`). This crate applies, checks, verifies, refreshes,
-//! re-targets (sync) and retires them.
+//! re-targets (sync) and retires them, and runs fork CI on a new upstream
+//! (`ci`).
 //!
 //! Components:
 //! * [`cli`] – the clap command line; [`cmd`] – one module per subcommand.
@@ -11,6 +12,8 @@
 //! * [`patchfile`] – patch parsing, DEP-3 message rendering, content snapshots.
 //! * [`exact`] – strict in-process application (exact context, zero offset).
 //! * [`guards`] – required symbols and invocation seams, parsed with syn.
+//! * [`surface`] – how much of upstream the series touches (lines in
+//!   upstream files, glue modules), with [`modgraph`] for import cycles.
 //! * [`git`] – every git subprocess, isolated and deterministic.
 //! * [`workarea`] – the scratch repository and state record under
 //!   `target/fork-work/`; [`tree`] – the generated patched workspace.
@@ -27,9 +30,11 @@ pub mod exact;
 pub mod fsutil;
 pub mod git;
 pub mod guards;
+pub mod modgraph;
 pub mod patchfile;
 pub mod registry;
 pub mod render;
+pub mod surface;
 pub mod tree;
 pub mod ui;
 pub mod workarea;

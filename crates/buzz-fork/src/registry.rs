@@ -154,8 +154,77 @@ pub struct Upstream {
     pub version: String,
     /// Free text: the upstream commit or tag.
     pub commit: String,
-    /// Git tree id of the baseline directory content.
+    /// Git tree id of the baseline: the content of the crate directory
+    /// `path` when `baseline_paths` is empty (format 1), otherwise the root
+    /// tree holding `path` and every baseline path at its location.
     pub tree: String,
+    /// Further upstream paths that belong to the baseline and are imported
+    /// with the crate by `sync`: workspace crates it depends on by path,
+    /// upstream's root manifest or lock (stored at a path of our choosing).
+    /// Empty for a single-crate baseline.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baseline_paths: Vec<BaselinePath>,
+}
+
+/// One further path of a workspace baseline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BaselinePath {
+    /// Repo-relative location in this repository (a directory or a file).
+    pub path: String,
+    /// Location in upstream's checkout when it differs from `path` (e.g.
+    /// upstream's root `Cargo.toml`, kept here as `upstream/Cargo.toml`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+}
+
+impl BaselinePath {
+    /// Where the path lives in upstream's checkout.
+    #[must_use]
+    pub fn upstream_path(&self) -> &str {
+        self.upstream.as_deref().unwrap_or(&self.path)
+    }
+}
+
+impl Upstream {
+    /// Every baseline path, the patched crate first, as (local, upstream).
+    #[must_use]
+    pub fn all_paths(&self) -> Vec<(String, String)> {
+        std::iter::once((self.path.clone(), self.path.clone()))
+            .chain(
+                self.baseline_paths
+                    .iter()
+                    .map(|b| (b.path.clone(), b.upstream_path().to_owned())),
+            )
+            .collect()
+    }
+
+    /// Whether a repo-relative path lies inside the baseline.
+    #[must_use]
+    pub fn contains(&self, path: &str) -> bool {
+        self.all_paths()
+            .iter()
+            .any(|(local, _)| path == local || path.starts_with(&format!("{local}/")))
+    }
+}
+
+/// Optional limits on the series' surface (see `crate::surface`), enforced by
+/// `check`; absent limits are reported only.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SurfaceLimits {
+    /// Most lines the whole series may add to files that exist in the baseline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_added_lines_in_upstream_files: Option<usize>,
+    /// Most lines the whole series may remove from files of the baseline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_removed_lines_in_upstream_files: Option<usize>,
+    /// Most lines any new module the series adds inside the crate may have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_glue_module_lines: Option<usize>,
+    /// Whether an import cycle through a glue module is an error.
+    #[serde(default)]
+    pub forbid_glue_import_cycles: bool,
 }
 
 /// Members of the patched workspace besides the patched crate and fork crates.
@@ -262,6 +331,9 @@ pub struct Registry {
     pub upstream: Upstream,
     /// Extra members of the patched workspace.
     pub workspace: WorkspaceConfig,
+    /// Limits on the series' surface; `None` reports it without limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surface: Option<SurfaceLimits>,
     /// The series, in application order.
     pub patches: Vec<PatchEntry>,
 }
@@ -351,6 +423,25 @@ impl Registry {
             ));
         }
         check_rel_path("upstream.path", &self.upstream.path)?;
+        let mut locals = BTreeSet::from([self.upstream.path.clone()]);
+        for (i, b) in self.upstream.baseline_paths.iter().enumerate() {
+            check_rel_path(&format!("upstream.baseline_paths[{i}].path"), &b.path)?;
+            if let Some(u) = &b.upstream {
+                check_rel_path(&format!("upstream.baseline_paths[{i}].upstream"), u)?;
+            }
+            let overlaps = locals.iter().any(|l| {
+                *l == b.path
+                    || b.path.starts_with(&format!("{l}/"))
+                    || l.starts_with(&format!("{}/", b.path))
+            });
+            if overlaps {
+                return Err(format!(
+                    "upstream.baseline_paths[{i}].path: {:?} overlaps another baseline path",
+                    b.path
+                ));
+            }
+            locals.insert(b.path.clone());
+        }
         for (i, p) in self.workspace.support_paths.iter().enumerate() {
             check_rel_path(&format!("workspace.support_paths[{i}]"), p)?;
         }
@@ -368,12 +459,7 @@ impl Registry {
             if p.title.trim().is_empty() || p.title.contains('\n') {
                 return Err(format!("{at}.title: must be one non-empty line"));
             }
-            if !is_date(&p.last_update) {
-                return Err(format!(
-                    "{at}.last_update: {:?} is not YYYY-MM-DD",
-                    p.last_update
-                ));
-            }
+            crate::dates::parse(&p.last_update).map_err(|e| format!("{at}.last_update: {e}"))?;
             for r in &p.upstream {
                 upstream_url(r).map_err(|e| format!("{at}.upstream: {e}"))?;
             }
@@ -523,22 +609,6 @@ fn check_rel_path(field: &str, p: &str) -> Result<(), String> {
     }
 }
 
-/// `YYYY-MM-DD` with plausible month and day.
-#[must_use]
-pub fn is_date(s: &str) -> bool {
-    let b = s.as_bytes();
-    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
-        return false;
-    }
-    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
-    if !(digits(0..4) && digits(5..7) && digits(8..10)) {
-        return false;
-    }
-    let month: u32 = s[5..7].parse().unwrap_or(0);
-    let day: u32 = s[8..10].parse().unwrap_or(0);
-    (1..=12).contains(&month) && (1..=31).contains(&day)
-}
-
 /// Turns an upstream reference into a URL: `owner/repo#N` becomes the pull
 /// request URL; an `https://` URL is kept as written.
 ///
@@ -596,14 +666,6 @@ mod tests {
         );
         for bad in ["#12", "block/buzz", "block/buzz#x", "http://x", "a b/c#1"] {
             assert!(upstream_url(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn dates() {
-        assert!(is_date("2026-11-30"));
-        for bad in ["2026-13-01", "2026-1-01", "20261130", "2026-11-00"] {
-            assert!(!is_date(bad), "{bad}");
         }
     }
 

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::patchfile;
 use crate::registry::{PatchEntry, Registry};
+use crate::surface::Surface;
 
 /// File name of the inventory at the repository root.
 pub const INVENTORY_FILE: &str = "FORK_PATCHES.md";
@@ -41,9 +42,14 @@ fn cell(s: &str) -> String {
     s.replace('|', "\\|")
 }
 
-/// Renders the inventory.
+/// Renders the inventory; `surface` is `None` when the series does not
+/// apply (its surface cannot be measured then).
 #[must_use]
-pub fn render(registry: &Registry, counts: &BTreeMap<String, (usize, usize)>) -> String {
+pub fn render(
+    registry: &Registry,
+    counts: &BTreeMap<String, (usize, usize)>,
+    surface: Option<&Surface>,
+) -> String {
     let up = &registry.upstream;
     let mut m = String::new();
     let _ = writeln!(m, "# Fork patches");
@@ -72,6 +78,20 @@ pub fn render(registry: &Registry, counts: &BTreeMap<String, (usize, usize)>) ->
         registry.patches.len()
     );
     m.push('\n');
+    match surface {
+        Some(surface) => m.push_str(&surface.markdown(registry.surface.as_ref())),
+        None => {
+            let _ = writeln!(m, "## Series surface");
+            m.push('\n');
+            let _ = writeln!(
+                m,
+                "Not measured: a patch does not apply (run `scripts/fork check`)."
+            );
+        }
+    }
+    m.push('\n');
+    let _ = writeln!(m, "## Patches");
+    m.push('\n');
     if registry.patches.is_empty() {
         let _ = writeln!(m, "The series is empty.");
         return m;
@@ -96,7 +116,7 @@ pub fn render(registry: &Registry, counts: &BTreeMap<String, (usize, usize)>) ->
     }
     for p in &registry.patches {
         m.push('\n');
-        let _ = writeln!(m, "## `{}`: {}", p.id, p.title);
+        let _ = writeln!(m, "### `{}`: {}", p.id, p.title);
         m.push('\n');
         for line in p.description.trim().lines() {
             let _ = writeln!(m, "{}", line.trim_end());

@@ -21,21 +21,45 @@ pub const STAMP_FILE: &str = ".buzz-fork-stamp";
 /// Root-manifest keys under `[workspace]` that the patched workspace keeps.
 const KEPT_WORKSPACE_KEYS: &[&str] = &["package", "dependencies", "lints", "metadata", "resolver"];
 
-/// Members of the patched workspace: the upstream crate, every registered
-/// patch's fork crates (applied or not, so every prefix builds the same set),
-/// the support crates and the tests package; deduplicated, in that order.
+/// Members that come from the work repo's commit: the patched crate and
+/// every baseline directory that is a crate (a workspace baseline).
 #[must_use]
-pub fn members(registry: &Registry) -> Vec<String> {
+pub fn baseline_members(registry: &Registry, root: &Path) -> Vec<String> {
+    let mut out = vec![registry.upstream.path.clone()];
+    for b in &registry.upstream.baseline_paths {
+        if root.join(&b.path).join("Cargo.toml").is_file() && !out.contains(&b.path) {
+            out.push(b.path.clone());
+        }
+    }
+    out
+}
+
+/// Members copied from the repository as they are: every registered
+/// patch's fork crates (applied or not, so every prefix builds the same
+/// set), the support crates and the tests package; deduplicated.
+#[must_use]
+pub fn copied_members(registry: &Registry, root: &Path) -> Vec<String> {
+    let baseline = baseline_members(registry, root);
     let mut out: Vec<String> = Vec::new();
-    let all = std::iter::once(registry.upstream.path.clone())
-        .chain(registry.all_fork_crates())
+    let all = registry
+        .all_fork_crates()
+        .into_iter()
         .chain(registry.workspace.support_paths.iter().cloned())
         .chain(std::iter::once(registry.workspace.tests_path.clone()));
     for m in all {
-        if !out.contains(&m) {
+        if !out.contains(&m) && !baseline.contains(&m) {
             out.push(m);
         }
     }
+    out
+}
+
+/// Members of the patched workspace: [`baseline_members`], then
+/// [`copied_members`].
+#[must_use]
+pub fn members(registry: &Registry, root: &Path) -> Vec<String> {
+    let mut out = baseline_members(registry, root);
+    out.extend(copied_members(registry, root));
     out
 }
 
@@ -94,7 +118,11 @@ fn inputs(
 ) -> Result<TreeInputs> {
     let manifest_path = layout.root.join("Cargo.toml");
     let root_manifest = fsutil::read(&manifest_path)?;
-    let manifest = generate_manifest(&root_manifest, &manifest_path, &members(registry))?;
+    let manifest = generate_manifest(
+        &root_manifest,
+        &manifest_path,
+        &members(registry, &layout.root),
+    )?;
     let lock_path = layout.root.join("Cargo.lock");
     let lock = std::fs::read(&lock_path).map_err(|e| Error::io("reading", &lock_path, e))?;
     let mut digest = format!(
@@ -102,8 +130,8 @@ fn inputs(
         sha256_hex(manifest.as_bytes()),
         sha256_hex(&lock)
     );
-    for member in members(registry).iter().skip(1) {
-        let dir = layout.root.join(member);
+    for member in copied_members(registry, &layout.root) {
+        let dir = layout.root.join(&member);
         if !dir.is_dir() {
             return Err(Error::Manifest {
                 path: dir,
@@ -149,8 +177,8 @@ pub fn write_tree(
     }
     let staged = StagedDir::new(dest)?;
     repo.export_tree(commit, staged.path())?;
-    for member in members(registry).iter().skip(1) {
-        fsutil::copy_dir(&layout.root.join(member), &staged.path().join(member))?;
+    for member in copied_members(registry, &layout.root) {
+        fsutil::copy_dir(&layout.root.join(&member), &staged.path().join(&member))?;
     }
     std::fs::write(staged.path().join("Cargo.toml"), &inputs.manifest)
         .map_err(|e| Error::io("writing", staged.path().join("Cargo.toml"), e))?;

@@ -98,14 +98,23 @@ fn to_stderr(line: &str) {
     let _ = writeln!(err, "{line}");
 }
 
-/// Prints a fatal error to stderr.
+/// Prints a fatal error to stderr as exactly one line. Every message already
+/// carries its cause (e.g. the I/O error), so the source chain is not
+/// repeated; a multi-line text from a tool is folded into that one line.
 pub fn error(err: &crate::error::Error) {
-    to_stderr(&format!("error: {err}"));
-    let mut source = std::error::Error::source(err);
-    while let Some(s) = source {
-        to_stderr(&format!("  caused by: {s}"));
-        source = s.source();
-    }
+    to_stderr(&error_line(err));
+}
+
+/// The one line [`error`] prints.
+#[must_use]
+pub fn error_line(err: &crate::error::Error) -> String {
+    let text = err.to_string();
+    let folded: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    format!("error: {}", folded.join("; "))
 }
 
 /// Renders a titled bullet list (`None` when empty).

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::git::{ApplyMode, ApplyOutcome, Direction, Git, Oid, Repo};
+use crate::git::{ApplyMode, ApplyOutcome, Direction, Git, Oid, Repo, TreePart};
 use crate::patchfile;
 use crate::registry::{PatchEntry, PatchId, Registry};
 
@@ -50,6 +50,8 @@ pub struct Layout {
     pub root: PathBuf,
     /// `target/fork-work`.
     pub work: PathBuf,
+    /// Cargo's target directory for patched trees (`<root>/target`).
+    pub target: PathBuf,
 }
 
 impl Layout {
@@ -59,7 +61,15 @@ impl Layout {
         Layout {
             root: root.to_path_buf(),
             work: root.join("target").join("fork-work"),
+            target: root.join("target"),
         }
+    }
+
+    /// The fork-CI area (`target/fork-work/ci`): the fetched upstream, the
+    /// candidate copy of the repository and its cargo target directory.
+    #[must_use]
+    pub fn ci_dir(&self) -> PathBuf {
+        self.work.join("ci")
     }
 
     /// The scratch repository.
@@ -86,10 +96,11 @@ impl Layout {
         self.work.join("sync")
     }
 
-    /// Cargo's target directory shared with the root workspace.
+    /// Cargo's target directory (shared with the root workspace, except
+    /// for a fork-CI candidate, which has its own).
     #[must_use]
     pub fn target_dir(&self) -> PathBuf {
-        self.root.join("target")
+        self.target.clone()
     }
 
     /// The baseline directory.
@@ -102,10 +113,41 @@ impl Layout {
 /// Opens the work repository, creating it when missing.
 ///
 /// # Errors
-/// When git fails or the directory cannot be created.
+/// [`Error::WorkRepoCorrupt`] when the repository exists but git cannot use
+/// it; git or I/O failures.
 pub fn ensure_repo<'g>(git: &'g Git, layout: &Layout) -> Result<Repo<'g>> {
+    ensure_repo_with(git, layout, Corrupt::Refuse)
+}
+
+/// What to do with a work repository that git cannot use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Corrupt {
+    /// Stop with [`Error::WorkRepoCorrupt`] (it may hold someone's work).
+    Refuse,
+    /// Delete it and start a fresh one (`apply --force`).
+    Rebuild,
+}
+
+/// Opens the work repository, creating it when missing; a repository git
+/// cannot use is refused or rebuilt as `corrupt` says.
+///
+/// # Errors
+/// As [`ensure_repo`].
+pub fn ensure_repo_with<'g>(git: &'g Git, layout: &Layout, corrupt: Corrupt) -> Result<Repo<'g>> {
     let dir = layout.repo();
     let mut repo = git.open(&dir);
+    if repo.exists()
+        && let Err(detail) = repo.check_usable()?
+    {
+        if corrupt == Corrupt::Refuse {
+            return Err(Error::WorkRepoCorrupt { repo: dir, detail });
+        }
+        crate::ui::warn(&format!(
+            "deleting the unusable work repo {} (--force): {detail}",
+            dir.display()
+        ));
+        crate::fsutil::remove_dir_if_present(&dir)?;
+    }
     if !repo.exists() {
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
         repo = git.init_repo(&dir)?;
@@ -118,19 +160,83 @@ pub fn ensure_repo<'g>(git: &'g Git, layout: &Layout) -> Result<Repo<'g>> {
     Ok(repo)
 }
 
-/// Opens the work repository, which must exist.
+/// Opens the work repository, which must exist and be usable.
 ///
 /// # Errors
-/// [`Error::NoWorkRepo`].
+/// [`Error::NoWorkRepo`], [`Error::WorkRepoCorrupt`].
 pub fn open_repo<'g>(git: &'g Git, layout: &Layout) -> Result<Repo<'g>> {
     let repo = git.open(&layout.repo());
-    if repo.exists() {
-        Ok(repo)
-    } else {
-        Err(Error::NoWorkRepo {
+    if !repo.exists() {
+        return Err(Error::NoWorkRepo {
             repo: layout.repo(),
-        })
+        });
     }
+    if let Err(detail) = repo.check_usable()? {
+        return Err(Error::WorkRepoCorrupt {
+            repo: layout.repo(),
+            detail,
+        });
+    }
+    Ok(repo)
+}
+
+/// An exclusive lock on a work area, held for the whole of one command.
+///
+/// Two commands that share `target/fork-work/` (two `apply`, an `apply`
+/// during a `verify`, …) would otherwise race on the work repo's index and
+/// refs. The second one waits: it prints one line naming the holder, then
+/// continues as soon as the first one ends. The lock is an OS file lock
+/// (`flock`), so a crashed holder never leaves it behind.
+#[derive(Debug)]
+pub struct WorkAreaLock {
+    _file: std::fs::File,
+}
+
+/// Name of the lock file inside the work area.
+pub const LOCK_FILE: &str = "lock";
+
+/// Takes the work-area lock for `command`, waiting for a current holder.
+///
+/// # Errors
+/// When the lock file cannot be created or locked.
+pub fn lock_work_area(layout: &Layout, command: &str) -> Result<WorkAreaLock> {
+    use std::io::Write as _;
+    std::fs::create_dir_all(&layout.work).map_err(|e| Error::io("creating", &layout.work, e))?;
+    let path = layout.work.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::io("opening", &path, e))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            let holder = holder.trim();
+            crate::ui::note(&format!(
+                "waiting for the work area {} ({}) …",
+                layout.work.display(),
+                if holder.is_empty() {
+                    "held by another scripts/fork"
+                } else {
+                    holder
+                }
+            ));
+            file.lock().map_err(|e| Error::io("locking", &path, e))?;
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("locking", &path, e)),
+    }
+    let record = format!(
+        "held by pid {} running `scripts/fork {command}`\n",
+        std::process::id()
+    );
+    file.set_len(0)
+        .and_then(|()| file.write_all(record.as_bytes()))
+        .and_then(|()| file.flush())
+        .map_err(|e| Error::io("writing", &path, e))?;
+    Ok(WorkAreaLock { _file: file })
 }
 
 /// The git tree id of a crate directory's content (`target/` excluded, the
@@ -149,7 +255,91 @@ pub fn directory_tree(repo: &Repo<'_>, layout: &Layout, dir: &Path) -> Result<Oi
     repo.hash_directory(dir, excludes)
 }
 
-/// The commit holding `tree` (a baseline directory tree) at the upstream path.
+/// Short description of the baseline for messages: its path, plus the
+/// number of further baseline paths.
+#[must_use]
+pub fn baseline_label(registry: &Registry) -> String {
+    match registry.upstream.baseline_paths.len() {
+        0 => registry.upstream.path.clone(),
+        n => format!("{} (+{n} baseline path(s))", registry.upstream.path),
+    }
+}
+
+/// Where a baseline is read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BaselineSource<'a> {
+    /// This repository: every path at its local location under the root.
+    Local(&'a Path),
+    /// An upstream checkout root: every path at its upstream location.
+    Checkout(&'a Path),
+    /// The crate directory on its own (single-crate baselines only).
+    CrateDir(&'a Path),
+}
+
+/// The registered form of a baseline's tree id (`upstream.tree`): the crate
+/// directory's tree for a single-crate baseline, else the root tree holding
+/// every baseline path at its local location.
+///
+/// # Errors
+/// [`Error::BaselineMissing`] for a missing path; git failures.
+pub fn baseline_tree_from(
+    repo: &Repo<'_>,
+    layout: &Layout,
+    registry: &Registry,
+    source: BaselineSource<'_>,
+) -> Result<Oid> {
+    let upstream = &registry.upstream;
+    if upstream.baseline_paths.is_empty() {
+        let dir = match source {
+            BaselineSource::Local(root) | BaselineSource::Checkout(root) => {
+                root.join(&upstream.path)
+            }
+            BaselineSource::CrateDir(dir) => dir.to_path_buf(),
+        };
+        return directory_tree(repo, layout, &dir);
+    }
+    let mut parts = Vec::new();
+    for (local, remote) in upstream.all_paths() {
+        let at = match source {
+            BaselineSource::Local(root) => root.join(&local),
+            BaselineSource::Checkout(root) | BaselineSource::CrateDir(root) => root.join(&remote),
+        };
+        let part = if at.is_dir() {
+            TreePart::Tree(directory_tree(repo, layout, &at)?)
+        } else if at.is_file() {
+            TreePart::Blob {
+                oid: repo.hash_file(&at)?,
+                executable: is_executable(&at),
+            }
+        } else {
+            return Err(Error::BaselineMissing { path: at });
+        };
+        parts.push((local, part));
+    }
+    repo.compose_tree(&parts)
+}
+
+#[cfg(unix)]
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(not(unix))]
+fn is_executable(_path: &Path) -> bool {
+    false
+}
+
+/// The tree id of this repository's baseline, comparable with `upstream.tree`.
+///
+/// # Errors
+/// As [`baseline_tree_from`].
+pub fn baseline_tree(repo: &Repo<'_>, layout: &Layout, registry: &Registry) -> Result<Oid> {
+    baseline_tree_from(repo, layout, registry, BaselineSource::Local(&layout.root))
+}
+
+/// The commit holding `tree` (a baseline tree, see [`baseline_tree_from`]) at
+/// its paths.
 ///
 /// # Errors
 /// When git fails.
@@ -160,7 +350,11 @@ pub fn upstream_commit(
     parent: Option<&Oid>,
     version: &str,
 ) -> Result<Oid> {
-    let root_tree = repo.tree_at_prefix(tree, &registry.upstream.path)?;
+    let root_tree = if registry.upstream.baseline_paths.is_empty() {
+        repo.tree_at_prefix(tree, &registry.upstream.path)?
+    } else {
+        tree.clone()
+    };
     let message = format!("upstream: {} {}\n", registry.upstream.crate_name, version);
     let parents: Vec<&Oid> = parent.into_iter().collect();
     repo.commit_tree(&root_tree, &parents, &message)
@@ -284,7 +478,8 @@ pub fn build_series(
                         return Err(Error::PatchDoesNotApply {
                             id: entry.id.to_string(),
                             detail: format!(
-                                "{detail}\n(run `scripts/fork check` for a per-hunk report, or `scripts/fork sync` after an upstream change)"
+                                "{} (run `scripts/fork check` for a per-hunk report, or `scripts/fork sync` after an upstream change)",
+                                crate::error::first_line(&detail)
                             ),
                         });
                     }
@@ -316,7 +511,7 @@ pub fn build_active_series(
     registry: &Registry,
     hint: Option<&State>,
 ) -> Result<Series> {
-    let base_tree = directory_tree(repo, layout, &layout.baseline(registry))?;
+    let base_tree = baseline_tree(repo, layout, registry)?;
     let base = upstream_commit(repo, registry, &base_tree, None, &registry.upstream.version)?;
     let active: Vec<&PatchEntry> = registry.active().collect();
     build_series(repo, &layout.root, &base, &base_tree, &active, hint)

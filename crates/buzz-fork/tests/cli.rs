@@ -23,6 +23,10 @@ fn check_and_status_on_a_healthy_root() {
     id             | status  | reason       | applies | guards
     ---------------|---------|--------------|---------|-------------------------
     session-resume | carried | upstreamable | yes     | 1 test(s), 1 snapshot(s)
+
+    surface: +10 / -0 lines in upstream files (session-resume +10/-0)
+    glue modules: none
+    import cycles through glue: none
     ");
 }
 
@@ -41,14 +45,13 @@ fn check_failure_exits_1_with_a_table_and_problems() {
         out.contains("[session-resume] patches/session-resume.patch does not parse as a patch"),
         "{out}"
     );
-    // Commands that need the series fail clearly with exit 2.
+    // `apply` gives the same verdict and exit code as `check`, on one line.
     let (code, _, err) = run_bin(&f.root, &["apply"]);
-    assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains(
-            "error: patch session-resume: patches/session-resume.patch does not parse as a patch"
-        ),
-        "{err}"
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(
+        err,
+        "error: [session-resume] patches/session-resume.patch does not parse as a patch: \
+         error parsing patches at byte 0: no valid patches found (run `scripts/fork check` for the full report)\n"
     );
 }
 
@@ -158,5 +161,42 @@ fn root_defaults_to_the_git_toplevel() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "series is empty\n");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("series is empty\n"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// The fork-CI workflow keeps its contract: scheduled and on demand, runs
+/// `scripts/fork ci` with `--write`, treats exit 3 as a verdict, uploads the
+/// report, proposes a branch only on `ready`, and fails on `blocked`.
+#[test]
+fn fork_ci_workflow_contract() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.github/workflows/fork-sync.yml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    for needle in [
+        "schedule:",
+        "- cron: ",
+        "workflow_dispatch:",
+        "scripts/fork ci --upstream-git \"$UPSTREAM_GIT\" --ref \"$UPSTREAM_REF\"",
+        "--report target/fork-work/ci/report.json --write > ci-line.txt",
+        "if [ \"$code\" != 0 ] && [ \"$code\" != 3 ]; then exit \"$code\"; fi",
+        "uses: actions/upload-artifact@v4",
+        "path: target/fork-work/ci/report.*",
+        "if: steps.ci.outputs.result == 'ready'",
+        "branch=\"fork/ready-$version\"",
+        "if: steps.ci.outputs.result == 'blocked'",
+    ] {
+        assert!(text.contains(needle), "workflow lacks {needle:?}");
+    }
+    assert!(
+        !text.contains("continue-on-error"),
+        "a failing step must fail the job"
+    );
+    // The report fields the workflow reads exist.
+    let report = buzz_fork::cmd::ci::CiResult::Ready.as_str();
+    assert_eq!(report, "ready");
+    assert!(text.contains(".sync.upstream.new_version"));
 }

@@ -8,7 +8,7 @@ use buzz_fork::cmd::{apply, retire};
 use common::{DATE, Fixture, git, write};
 
 fn problems(f: &Fixture) -> String {
-    f.check().problems.join("\n")
+    f.check().problems().join("\n")
 }
 
 #[test]
@@ -213,7 +213,7 @@ fn check_fails_on_an_offset_patch() {
     );
     write(&f.root.join("patches/session-resume.patch"), &text);
     let report = f.check();
-    let p = report.problems.join("\n");
+    let p = report.problems().join("\n");
     assert!(p.contains("context matches only at offset +2"), "{p}");
     assert_eq!(report.rows[0].apply, "offset");
 }
@@ -228,7 +228,7 @@ fn check_fails_on_an_undeclared_path_and_a_missing_snapshot() {
     std::fs::remove_file(f.root.join("tests/snapshots/session_resume__resumes.snap")).unwrap();
     f.render();
     let report = f.check();
-    let p = report.problems.join("\n");
+    let p = report.problems().join("\n");
     assert!(
         p.contains("touches crates/up/src/pool.rs, which `paths` does not declare"),
         "{p}"
@@ -410,4 +410,40 @@ fn retire_by_owner_decision_drops_and_flags_leftover_snapshots() {
     // The series is empty again; apply reflects that.
     let applied = f.apply();
     assert!(applied.series.commits.is_empty());
+}
+
+#[test]
+fn check_enforces_surface_limits_naming_the_offender() {
+    let f = Fixture::new();
+    f.add_resume_patch();
+    let report = f.check();
+    assert!(report.is_ok(), "{}", report.render());
+    let text = f.read("patches.json").replacen(
+        "\"patches\": [",
+        "\"surface\": {\"max_added_lines_in_upstream_files\": 5, \"max_glue_module_lines\": 80, \"forbid_glue_import_cycles\": true},\n  \"patches\": [",
+        1,
+    );
+    write(&f.root.join("patches.json"), &text);
+    f.render();
+    let p = problems(&f);
+    assert_eq!(
+        p,
+        "[surface] the series adds 10 lines to upstream files, over the limit of 5 (session-resume 10)"
+    );
+    assert!(f.read("FORK_PATCHES.md").contains("+10 (limit 5) / -0"));
+    // Within the limits, nothing is reported; the registry keeps the limits.
+    let text = f.read("patches.json").replace(
+        "\"max_added_lines_in_upstream_files\": 5",
+        "\"max_added_lines_in_upstream_files\": 150",
+    );
+    write(&f.root.join("patches.json"), &text);
+    f.render();
+    assert!(f.check().is_ok(), "{}", f.check().render());
+    assert_eq!(
+        f.registry()
+            .surface
+            .unwrap()
+            .max_added_lines_in_upstream_files,
+        Some(150)
+    );
 }

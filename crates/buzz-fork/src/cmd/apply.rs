@@ -34,8 +34,8 @@ pub enum Force {
 /// `target/fork-work/tree`).
 ///
 /// # Errors
-/// A dirty work repo (unless forced), a patch that does not apply, git, I/O
-/// or manifest failures.
+/// A series `check` would refuse ([`Error::SeriesInvalid`]), a dirty or
+/// unusable work repo (unless forced), git, I/O or manifest failures.
 pub fn apply(
     ctx: &Context,
     registry: &Registry,
@@ -43,7 +43,14 @@ pub fn apply(
     force: Force,
 ) -> Result<Applied> {
     let layout = &ctx.layout;
-    let repo = workarea::ensure_repo(&ctx.git, layout)?;
+    // The same verdict as `check` (exit 1, one root problem and a count)
+    // instead of whatever git says about the first patch it cannot apply.
+    crate::cmd::check::preflight(&ctx.root, registry)?;
+    let corrupt = match force {
+        Force::No => workarea::Corrupt::Refuse,
+        Force::Yes => workarea::Corrupt::Rebuild,
+    };
+    let repo = workarea::ensure_repo_with(&ctx.git, layout, corrupt)?;
     let hint = State::load(layout);
     let series = workarea::build_active_series(&repo, layout, registry, hint.as_ref())?;
     if let Some(reason) = workarea::unsaved_work(&repo, series.tip())? {

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use crate::cmd::{Context, Outcome};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::exact::{ApplyReport, Overlay, Strictness};
 use crate::fsutil;
 use crate::guards;
@@ -34,12 +34,108 @@ pub fn content_path(id: &str) -> String {
     format!("{CONTENT_DIR}/{id}.txt")
 }
 
+/// What a finding is about.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Subject {
+    /// A registered patch.
+    Patch(String),
+    /// The baseline directory.
+    Baseline,
+    /// A changed path no patch owns.
+    Unregistered,
+    /// A file no registry entry owns.
+    Orphan,
+    /// `FORK_PATCHES.md`.
+    Inventory,
+    /// The series' surface limits.
+    Surface,
+}
+
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Subject::Patch(id) => write!(f, "[{id}]"),
+            Subject::Baseline => f.write_str("[baseline]"),
+            Subject::Unregistered => f.write_str("[unregistered]"),
+            Subject::Orphan => f.write_str("[orphan]"),
+            Subject::Inventory => f.write_str("[inventory]"),
+            Subject::Surface => f.write_str("[surface]"),
+        }
+    }
+}
+
+/// The kind of a finding; the table columns and `apply`'s preflight read
+/// this, never the message text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FindingKind {
+    /// The patch file is missing or does not parse.
+    PatchFile,
+    /// `depends_on` names an unknown, inactive or later patch.
+    Dependency,
+    /// DEP-3 header or trailer out of step with the registry.
+    Header,
+    /// The content snapshot is missing or stale.
+    ContentSnapshot,
+    /// Declared `paths` disagree with the touched files, or a path is
+    /// outside the baseline.
+    Paths,
+    /// The patch applies only at shifted lines.
+    ApplyOffset,
+    /// The patch does not apply at all.
+    ApplyFails,
+    /// A required symbol or seam is missing at the patch's prefix.
+    Symbol,
+    /// Guard tests, snapshots or fork crates are missing.
+    GuardFile,
+    /// A snapshot still names a dropped patch.
+    DroppedSnapshot,
+    /// The baseline is not pristine.
+    Baseline,
+    /// A changed path no patch declares.
+    Unregistered,
+    /// A patch file or content snapshot no active patch owns.
+    Orphan,
+    /// `FORK_PATCHES.md` is stale or missing.
+    Inventory,
+    /// A surface limit is exceeded.
+    Surface,
+}
+
+impl FindingKind {
+    /// Whether the series cannot be built while this finding stands:
+    /// `apply` (and every command built on it) refuses with the first one.
+    #[must_use]
+    pub fn blocks_apply(self) -> bool {
+        matches!(
+            self,
+            FindingKind::PatchFile | FindingKind::Dependency | FindingKind::ApplyFails
+        )
+    }
+}
+
+/// One problem found by `check`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// What it is about.
+    pub subject: Subject,
+    /// What kind of problem it is.
+    pub kind: FindingKind,
+    /// The explanation (without the subject).
+    pub message: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.subject, self.message)
+    }
+}
+
 /// One row of the per-patch table.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PatchRow {
     /// Patch id.
     pub id: String,
-    /// exact / offset / FAIL / - (inactive).
+    /// exact / offset / FAIL / blocked / - (inactive).
     pub apply: String,
     /// ok / FAIL.
     pub paths: String,
@@ -56,15 +152,24 @@ pub struct PatchRow {
 pub struct CheckReport {
     /// One row per registered patch.
     pub rows: Vec<PatchRow>,
-    /// Every problem, prefixed with what it concerns (`[id]`, `[baseline]`, …).
-    pub problems: Vec<String>,
+    /// Every finding, patch findings first in series order.
+    pub findings: Vec<Finding>,
+    /// Application problems of patches after one that does not apply: they
+    /// follow from it, so they are counted, not listed.
+    pub consequences: usize,
 }
 
 impl CheckReport {
     /// True when no problem was found.
     #[must_use]
     pub fn is_ok(&self) -> bool {
-        self.problems.is_empty()
+        self.findings.is_empty()
+    }
+
+    /// Every finding as `[subject] message`.
+    #[must_use]
+    pub fn problems(&self) -> Vec<String> {
+        self.findings.iter().map(ToString::to_string).collect()
     }
 
     /// Table plus problem list.
@@ -88,11 +193,17 @@ impl CheckReport {
             out.push_str(&t.render());
         }
         match ui::bullets(
-            &format!("\n{} problem(s):", self.problems.len()),
-            &self.problems,
+            &format!("\n{} problem(s):", self.findings.len()),
+            &self.problems(),
         ) {
             Some(list) => out.push_str(&list),
             None => out.push_str("\ncheck passed\n"),
+        }
+        if self.consequences > 0 {
+            out.push_str(&format!(
+                "(+{} application problem(s) in later patches that follow from the first patch that does not apply; fix it first)\n",
+                self.consequences
+            ));
         }
         out
     }
@@ -112,17 +223,21 @@ pub struct PatchAnalysis<'r> {
     pub exact: Option<ApplyReport>,
     /// Whether the patch applies at all (exact or shifted).
     pub applies: bool,
+    /// The earlier patch that did not apply, if any: this patch's
+    /// application and guards are then measured on a tree without it.
+    pub after_failure: Option<String>,
     /// Missing symbols and seams at this prefix.
     pub guard_problems: Vec<String>,
 }
 
-/// Reads a baseline file for the overlay; paths outside the baseline are absent.
-fn baseline_reader<'a>(root: &'a Path, upstream_path: &'a str) -> crate::exact::BaseReader<'a> {
+/// Reads a baseline file for the overlay; paths outside the baseline (and
+/// build output under a baseline crate's `target/`) are absent.
+pub fn baseline_reader<'a>(
+    root: &'a Path,
+    upstream: &'a crate::registry::Upstream,
+) -> crate::exact::BaseReader<'a> {
     Box::new(move |path: &str| {
-        let Some(rest) = path.strip_prefix(upstream_path) else {
-            return Ok(None);
-        };
-        if !rest.starts_with('/') || rest.starts_with("/target/") {
+        if !in_baseline(upstream, path) {
             return Ok(None);
         }
         let full = root.join(path);
@@ -134,17 +249,27 @@ fn baseline_reader<'a>(root: &'a Path, upstream_path: &'a str) -> crate::exact::
     })
 }
 
+/// Whether a repo-relative file path is part of the baseline.
+#[must_use]
+pub fn in_baseline(upstream: &crate::registry::Upstream, path: &str) -> bool {
+    upstream.all_paths().iter().any(|(local, _)| {
+        path == local
+            || path
+                .strip_prefix(local.as_str())
+                .and_then(|rest| rest.strip_prefix('/'))
+                .is_some_and(|rest| !rest.starts_with("target/"))
+    })
+}
+
 /// Applies the active series in process over the baseline directory,
 /// strictly, checking guards at each prefix.
 ///
 /// # Errors
 /// I/O errors reading the baseline.
-pub fn analyze<'r>(
-    root: &Path,
-    registry: &'r Registry,
-) -> Result<(Vec<PatchAnalysis<'r>>, Vec<String>)> {
-    let mut overlay = Overlay::new(baseline_reader(root, &registry.upstream.path));
+pub fn analyze<'r>(root: &Path, registry: &'r Registry) -> Result<Analysis<'r>> {
+    let mut overlay = Overlay::new(baseline_reader(root, &registry.upstream));
     let mut out = Vec::new();
+    let mut broken: Option<String> = None;
     for entry in registry.active() {
         let mut a = PatchAnalysis {
             entry,
@@ -153,6 +278,7 @@ pub fn analyze<'r>(
             file_problem: None,
             exact: None,
             applies: false,
+            after_failure: broken.clone(),
             guard_problems: Vec::new(),
         };
         match fsutil::read_optional(&root.join(&entry.file))? {
@@ -178,14 +304,46 @@ pub fn analyze<'r>(
                 a.applies = overlay.apply(parsed, Strictness::AllowOffset)?.applied;
             }
             a.exact = Some(report);
-            if a.applies {
+            if a.applies && broken.is_none() {
                 a.guard_problems = guard_problems(&overlay, entry)?;
             }
+        }
+        if !a.applies && broken.is_none() {
+            broken = Some(entry.id.to_string());
         }
         out.push(a);
     }
     let differing = overlay.differing_paths()?;
-    Ok((out, differing))
+    let surface = if broken.is_none() {
+        let parsed: Vec<(&str, &ParsedPatch)> = out
+            .iter()
+            .filter_map(|a| a.parsed.as_ref().map(|p| (a.entry.id.as_str(), p)))
+            .collect();
+        Some(crate::surface::measure(
+            registry,
+            &parsed,
+            &mut |path: &str| Ok(in_baseline(&registry.upstream, path) && root.join(path).is_file()),
+            &mut |path: &str| overlay.read(path),
+        )?)
+    } else {
+        None
+    };
+    Ok(Analysis {
+        patches: out,
+        differing,
+        surface,
+    })
+}
+
+/// The in-process application of the active series.
+pub struct Analysis<'r> {
+    /// One analysis per active patch, in order.
+    pub patches: Vec<PatchAnalysis<'r>>,
+    /// Paths the applied patches changed.
+    pub differing: Vec<String>,
+    /// The series' surface; `None` when a patch does not apply (the patched
+    /// tree is then not the series' tree).
+    pub surface: Option<crate::surface::Surface>,
 }
 
 /// Missing required symbols and seams of `entry` in the current overlay.
@@ -204,6 +362,108 @@ pub fn guard_problems(overlay: &Overlay<'_>, entry: &PatchEntry) -> Result<Vec<S
     })
 }
 
+/// Findings about the registry and patch files that stop the series from
+/// being built (missing or unparsable files, bad dependencies, patches that
+/// do not apply) plus shifted patches, and the number of application
+/// problems of later patches that follow from the first one that does not
+/// apply. `apply` refuses with the first blocking one; `check` lists them all.
+#[must_use]
+pub fn series_findings(
+    registry: &Registry,
+    analysis: &[PatchAnalysis<'_>],
+) -> (Vec<Finding>, usize) {
+    let active_ids: Vec<&str> = registry.active().map(|p| p.id.as_str()).collect();
+    let mut out = Vec::new();
+    let mut consequences = 0;
+    for (idx, a) in analysis.iter().enumerate() {
+        let subject = Subject::Patch(a.entry.id.to_string());
+        let mut push = |kind, message: String| {
+            out.push(Finding {
+                subject: subject.clone(),
+                kind,
+                message,
+            });
+        };
+        if let Some(p) = &a.file_problem {
+            push(FindingKind::PatchFile, p.clone());
+        }
+        for dep in &a.entry.depends_on {
+            if active_ids[..idx].contains(&dep.as_str()) {
+                continue;
+            }
+            let registered = registry.patches.iter().find(|p| p.id == *dep);
+            let why = if active_ids.contains(&dep.as_str()) {
+                "comes later in the series; move it before this patch in patches.json"
+            } else {
+                match registered.map(|p| p.status) {
+                    // Upstream has it now: the dependency is in the baseline.
+                    Some(Status::Upstreamed) => continue,
+                    Some(_) => "was dropped",
+                    None => "is not registered in patches.json",
+                }
+            };
+            push(
+                FindingKind::Dependency,
+                format!("depends_on {dep}, which {why}"),
+            );
+        }
+        if let Some(exact) = &a.exact {
+            if a.after_failure.is_some() {
+                if !exact.is_exact() {
+                    consequences += exact.problems().len().max(1);
+                }
+            } else {
+                for h in &exact.hunks {
+                    let text = exact_hunk_problem(h);
+                    match (h.fit, text) {
+                        (crate::exact::HunkFit::Offset(_), Some(t)) if a.applies => {
+                            push(FindingKind::ApplyOffset, t);
+                        }
+                        (_, Some(t)) => push(FindingKind::ApplyFails, t),
+                        (_, None) => {}
+                    }
+                }
+                for f in &exact.file_problems {
+                    push(FindingKind::ApplyFails, f.clone());
+                }
+            }
+        }
+    }
+    (out, consequences)
+}
+
+fn exact_hunk_problem(h: &crate::exact::HunkReport) -> Option<String> {
+    match h.fit {
+        crate::exact::HunkFit::Exact => None,
+        crate::exact::HunkFit::Offset(d) => Some(format!(
+            "{} hunk #{} {}: context matches only at offset {d:+} (exact position required; refresh the patch)",
+            h.path, h.number, h.header
+        )),
+        crate::exact::HunkFit::Missing => Some(format!(
+            "{} hunk #{} {}: removed/context lines not found",
+            h.path, h.number, h.header
+        )),
+    }
+}
+
+/// Refuses a series that cannot be built, with the first blocking finding
+/// and a count of the rest: the same verdict `check` gives (exit 1).
+///
+/// # Errors
+/// [`Error::SeriesInvalid`]; I/O errors reading the baseline.
+pub fn preflight(root: &Path, registry: &Registry) -> Result<()> {
+    let analysis = analyze(root, registry)?;
+    let (findings, consequences) = series_findings(registry, &analysis.patches);
+    let blocking: Vec<&Finding> = findings.iter().filter(|f| f.kind.blocks_apply()).collect();
+    match blocking.first() {
+        None => Ok(()),
+        Some(first) => Err(Error::SeriesInvalid {
+            first: first.to_string(),
+            more: findings.len() - 1 + consequences,
+        }),
+    }
+}
+
 /// Runs every check.
 ///
 /// # Errors
@@ -213,95 +473,120 @@ pub fn check(ctx: &Context) -> Result<CheckReport> {
     let registry = ctx.registry()?;
     let root = &ctx.root;
     let mut report = CheckReport::default();
-    let mut problems: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut general: Vec<String> = Vec::new();
+    let mut general: Vec<Finding> = Vec::new();
+    let finding = |subject: Subject, kind: FindingKind, message: String| Finding {
+        subject,
+        kind,
+        message,
+    };
 
     // (1) Pristine baseline.
     let repo = workarea::ensure_repo(&ctx.git, &ctx.layout)?;
-    let baseline = ctx.layout.baseline(&registry);
-    let tree = workarea::directory_tree(&repo, &ctx.layout, &baseline)?;
+    let tree = workarea::baseline_tree(&repo, &ctx.layout, &registry)?;
     if tree.as_str() != registry.upstream.tree {
-        general.push(format!(
-            "[baseline] {} has tree {} but upstream.tree is {}: the baseline must stay pristine; \
-             fork work must go into a patch or a fork crate (the baseline changes only through `scripts/fork sync --write`)",
-            registry.upstream.path, tree, registry.upstream.tree
+        general.push(finding(
+            Subject::Baseline,
+            FindingKind::Baseline,
+            format!(
+                "{} has tree {} but upstream.tree is {}: the baseline must stay pristine; \
+                 fork work must go into a patch or a fork crate (the baseline changes only through `scripts/fork sync --write`)",
+                workarea::baseline_label(&registry),
+                tree,
+                registry.upstream.tree
+            ),
         ));
     }
 
     // (2)-(5) Patches in order.
-    let (analysis, differing) = analyze(root, &registry)?;
-    let active_ids: Vec<&str> = registry.active().map(|p| p.id.as_str()).collect();
-    for (idx, a) in analysis.iter().enumerate() {
+    let analyzed = analyze(root, &registry)?;
+    let analysis = &analyzed.patches;
+    let differing = &analyzed.differing;
+    let (series, consequences) = series_findings(&registry, analysis);
+    report.consequences = consequences;
+    let mut per_patch: BTreeMap<String, Vec<Finding>> = BTreeMap::new();
+    for f in series {
+        if let Subject::Patch(id) = &f.subject {
+            per_patch.entry(id.clone()).or_default().push(f);
+        }
+    }
+    for a in analysis {
         let id = a.entry.id.to_string();
-        let list = problems.entry(id.clone()).or_default();
-        if let Some(p) = &a.file_problem {
-            list.push(p.clone());
-        }
-        for dep in &a.entry.depends_on {
-            if !active_ids[..idx].contains(&dep.as_str()) {
-                let why = if active_ids.contains(&dep.as_str()) {
-                    "comes later in the series"
-                } else if registry.patches.iter().any(|p| p.id == *dep) {
-                    "is not active"
-                } else {
-                    "is not registered"
-                };
-                list.push(format!("depends_on {dep}, which {why}"));
-            }
-        }
+        let subject = Subject::Patch(id.clone());
+        let list = per_patch.entry(id.clone()).or_default();
+        let mut push = |kind, message: String| list.push(finding(subject.clone(), kind, message));
         if let Some(parsed) = &a.parsed {
             for m in patchfile::message_mismatches(parsed, a.entry) {
-                list.push(format!("header: {m}"));
+                push(FindingKind::Header, format!("header: {m}"));
             }
             let snapshot_path = root.join(content_path(&id));
             let want = patchfile::content_snapshot(&id, parsed);
             match fsutil::read_optional(&snapshot_path)? {
                 Some(have) if have == want => {}
-                Some(_) => list.push(format!(
-                    "{} is stale (run `scripts/fork refresh`)",
-                    content_path(&id)
-                )),
-                None => list.push(format!(
-                    "{} is missing (run `scripts/fork refresh`)",
-                    content_path(&id)
-                )),
+                Some(_) => push(
+                    FindingKind::ContentSnapshot,
+                    format!(
+                        "{} is stale (run `scripts/fork refresh`)",
+                        content_path(&id)
+                    ),
+                ),
+                None => push(
+                    FindingKind::ContentSnapshot,
+                    format!(
+                        "{} is missing (run `scripts/fork refresh`)",
+                        content_path(&id)
+                    ),
+                ),
             }
             let touched: BTreeSet<String> = parsed.paths().into_iter().collect();
             let declared: BTreeSet<String> = a.entry.paths.iter().cloned().collect();
             for p in touched.difference(&declared) {
-                list.push(format!("touches {p}, which `paths` does not declare"));
+                push(
+                    FindingKind::Paths,
+                    format!("touches {p}, which `paths` does not declare"),
+                );
             }
             for p in declared.difference(&touched) {
-                list.push(format!("declares {p} in `paths` but does not touch it"));
+                push(
+                    FindingKind::Paths,
+                    format!("declares {p} in `paths` but does not touch it"),
+                );
             }
-            let prefix = format!("{}/", registry.upstream.path);
             for p in &touched {
-                if !p.starts_with(&prefix) {
-                    list.push(format!(
-                        "touches {p}, outside the baseline {} (fork code belongs in a fork crate)",
-                        registry.upstream.path
-                    ));
+                if !registry.upstream.contains(p) {
+                    push(
+                        FindingKind::Paths,
+                        format!(
+                            "touches {p}, outside the baseline {} (fork code belongs in a fork crate)",
+                            workarea::baseline_label(&registry)
+                        ),
+                    );
                 }
             }
         }
-        if let Some(exact) = &a.exact {
-            list.extend(exact.problems());
-            if !a.applies {
-                list.push("does not apply even with shifted hunks".into());
-            }
+        for g in &a.guard_problems {
+            push(FindingKind::Symbol, g.clone());
         }
-        list.extend(a.guard_problems.iter().cloned());
-        list.extend(guard_file_problems(root, a.entry));
+        for g in guard_file_problems(root, a.entry) {
+            push(FindingKind::GuardFile, g);
+        }
     }
-    for path in &differing {
-        let owner = analysis.iter().any(|a| {
-            a.entry.paths.contains(path)
-                && a.parsed.as_ref().is_some_and(|p| p.paths().contains(path))
-        });
-        if !owner {
-            general.push(format!(
-                "[unregistered] {path} differs from the baseline but no patch declares and touches it"
-            ));
+    // Paths changed by the series but owned by no patch; meaningless once a
+    // patch did not apply (the tree is then not the series' tree).
+    if analysis.iter().all(|a| a.applies) {
+        for path in differing {
+            let owner = analysis.iter().any(|a| {
+                a.entry.paths.contains(path)
+                    && a.parsed.as_ref().is_some_and(|p| p.paths().contains(path))
+            });
+            if !owner {
+                general.push(finding(
+                    Subject::Unregistered,
+                    FindingKind::Unregistered,
+                    format!(
+                        "{path} differs from the baseline but no patch declares and touches it"
+                    ),
+                ));
+            }
         }
     }
 
@@ -324,31 +609,49 @@ pub fn check(ctx: &Context) -> Result<CheckReport> {
                 .next()
                 .unwrap_or("");
             if first == prefix {
-                problems.entry(p.id.to_string()).or_default().push(format!(
-                    "snapshot {}/{s} still names this dropped patch; delete it",
-                    registry.workspace.tests_path
+                per_patch.entry(p.id.to_string()).or_default().push(finding(
+                    Subject::Patch(p.id.to_string()),
+                    FindingKind::DroppedSnapshot,
+                    format!(
+                        "snapshot {}/{s} still names this dropped patch; delete it",
+                        registry.workspace.tests_path
+                    ),
                 ));
             }
         }
     }
 
-    // (7) Inventory.
-    let want = crate::cmd::render::inventory(ctx, &registry);
+    // (7) Inventory and surface limits.
+    let inventory = crate::render::render(
+        &registry,
+        &crate::render::line_counts(root, &registry),
+        analyzed.surface.as_ref(),
+    );
     match fsutil::read_optional(&root.join(INVENTORY_FILE))? {
-        Some(have) if have == want => {}
-        Some(_) => general.push(format!(
-            "[inventory] {INVENTORY_FILE} is stale (run `scripts/fork render`)"
+        Some(have) if have == inventory => {}
+        Some(_) => general.push(finding(
+            Subject::Inventory,
+            FindingKind::Inventory,
+            format!("{INVENTORY_FILE} is stale (run `scripts/fork render`)"),
         )),
-        None => general.push(format!(
-            "[inventory] {INVENTORY_FILE} is missing (run `scripts/fork render`)"
+        None => general.push(finding(
+            Subject::Inventory,
+            FindingKind::Inventory,
+            format!("{INVENTORY_FILE} is missing (run `scripts/fork render`)"),
         )),
+    }
+    if let (Some(limits), Some(surface)) = (&registry.surface, &analyzed.surface) {
+        for v in surface.violations(limits) {
+            general.push(finding(Subject::Surface, FindingKind::Surface, v));
+        }
     }
 
     // Rows.
     for entry in &registry.patches {
         let id = entry.id.to_string();
-        let list = problems.get(&id).cloned().unwrap_or_default();
+        let list = per_patch.remove(&id).unwrap_or_default();
         let a = analysis.iter().find(|a| a.entry.id == entry.id);
+        let has = |kind: FindingKind| list.iter().any(|f| f.kind == kind);
         let row = match a {
             None => PatchRow {
                 id: id.clone(),
@@ -363,36 +666,42 @@ pub fn check(ctx: &Context) -> Result<CheckReport> {
                 },
             },
             Some(a) => {
-                let apply = match (&a.exact, a.applies) {
-                    (Some(r), _) if r.is_exact() => "exact",
-                    (Some(_), true) => "offset",
+                let apply = match (&a.exact, a.applies, &a.after_failure) {
+                    (_, _, Some(_)) => "blocked",
+                    (Some(r), _, None) if r.is_exact() => "exact",
+                    (Some(_), true, None) => "offset",
                     _ => "FAIL",
                 };
                 let ok = |bad: bool| if bad { "FAIL" } else { "ok" }.to_owned();
-                let paths_bad = list
-                    .iter()
-                    .any(|p| p.contains("`paths`") || p.contains("outside the baseline"));
-                let guards_bad = list.iter().any(|p| p.starts_with("guard:"));
+                let mut notes = if list.is_empty() {
+                    String::new()
+                } else {
+                    format!("{} problem(s)", list.len())
+                };
+                if let Some(first) = &a.after_failure {
+                    if !notes.is_empty() {
+                        notes.push_str("; ");
+                    }
+                    notes.push_str(&format!("after {first}, which does not apply"));
+                }
                 PatchRow {
                     id: id.clone(),
                     apply: apply.into(),
-                    paths: ok(paths_bad),
-                    symbols: ok(!a.guard_problems.is_empty()),
-                    guards: ok(guards_bad),
-                    notes: if list.is_empty() {
-                        String::new()
+                    paths: ok(has(FindingKind::Paths)),
+                    symbols: if a.after_failure.is_some() {
+                        "-".into()
                     } else {
-                        format!("{} problem(s)", list.len())
+                        ok(has(FindingKind::Symbol))
                     },
+                    guards: ok(has(FindingKind::GuardFile)),
+                    notes,
                 }
             }
         };
         report.rows.push(row);
-        for p in list {
-            report.problems.push(format!("[{id}] {p}"));
-        }
+        report.findings.extend(list);
     }
-    report.problems.extend(general);
+    report.findings.extend(general);
     Ok(report)
 }
 
@@ -427,7 +736,7 @@ fn guard_file_problems(root: &Path, entry: &PatchEntry) -> Vec<String> {
 }
 
 /// `.patch` files no active entry owns, and content snapshots no active entry owns.
-fn orphans(root: &Path, registry: &Registry) -> Result<Vec<String>> {
+fn orphans(root: &Path, registry: &Registry) -> Result<Vec<Finding>> {
     let mut out = Vec::new();
     let mut dirs: BTreeSet<String> = BTreeSet::from(["patches".to_owned()]);
     for p in &registry.patches {
@@ -449,12 +758,19 @@ fn orphans(root: &Path, registry: &Registry) -> Result<Vec<String>> {
             let rel = format!("{dir}/{name}");
             match registry.patches.iter().find(|p| p.file == rel) {
                 Some(p) if p.is_active() => {}
-                Some(p) => out.push(format!(
-                    "[{}] {rel} still exists although the patch is {}; delete it",
-                    p.id,
-                    p.status.as_str()
-                )),
-                None => out.push(format!("[orphan] {rel} is not registered in patches.json")),
+                Some(p) => out.push(Finding {
+                    subject: Subject::Patch(p.id.to_string()),
+                    kind: FindingKind::Orphan,
+                    message: format!(
+                        "{rel} still exists although the patch is {}; delete it",
+                        p.status.as_str()
+                    ),
+                }),
+                None => out.push(Finding {
+                    subject: Subject::Orphan,
+                    kind: FindingKind::Orphan,
+                    message: format!("{rel} is not registered in patches.json"),
+                }),
             }
         }
     }
@@ -465,9 +781,11 @@ fn orphans(root: &Path, registry: &Registry) -> Result<Vec<String>> {
     for f in fsutil::list_files(&root.join(CONTENT_DIR))? {
         let rel = format!("{CONTENT_DIR}/{f}");
         if !active.contains(&rel) {
-            out.push(format!(
-                "[orphan] {rel} belongs to no active patch; delete it"
-            ));
+            out.push(Finding {
+                subject: Subject::Orphan,
+                kind: FindingKind::Orphan,
+                message: format!("{rel} belongs to no active patch; delete it"),
+            });
         }
     }
     Ok(out)

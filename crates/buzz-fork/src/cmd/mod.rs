@@ -12,6 +12,7 @@ use crate::workarea::Layout;
 
 pub mod apply;
 pub mod check;
+pub mod ci;
 pub mod refresh;
 pub mod render;
 pub mod retire;
@@ -103,6 +104,12 @@ impl Context {
 /// Whatever the command reports.
 pub fn dispatch(cli: &Cli) -> Result<Outcome> {
     let ctx = Context::new(cli.root.as_deref())?;
+    // Commands that use the work repo hold the work-area lock throughout;
+    // `status` and `render` work in process and never wait.
+    let _lock = match &cli.command {
+        Command::Status | Command::Render => None,
+        other => Some(crate::workarea::lock_work_area(&ctx.layout, other.name())?),
+    };
     match &cli.command {
         Command::Apply(args) => apply::run(&ctx, args),
         Command::Check => check::run(&ctx),
@@ -112,5 +119,6 @@ pub fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Retire(args) => retire::run(&ctx, args),
         Command::Status => status::run(&ctx),
         Command::Render => render::run(&ctx),
+        Command::Ci(args) => ci::run(&ctx, args),
     }
 }

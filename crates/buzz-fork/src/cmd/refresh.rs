@@ -134,6 +134,7 @@ pub fn export(
     let mut writes = BTreeMap::new();
     let mut changes = Vec::new();
     let mut counts = BTreeMap::new();
+    let mut parsed_patches = Vec::new();
     let mut parent = base.clone();
     let mut parent_tree = repo.read_commit(base)?.tree;
     for (id, tree) in stack {
@@ -184,6 +185,7 @@ pub fn export(
             writes.insert(content_rel, content);
         }
         counts.insert(id.to_string(), parsed.line_counts());
+        parsed_patches.push((id.to_string(), parsed.clone()));
         changes.push(PatchChange {
             id: id.clone(),
             kind,
@@ -196,7 +198,20 @@ pub fn export(
     {
         writes.insert(REGISTRY_FILE.to_owned(), registry_text);
     }
-    let inventory = render::render(&updated, &counts);
+    let parsed_all: Vec<(String, patchfile::ParsedPatch)> = parsed_patches;
+    let parsed_refs: Vec<(&str, &patchfile::ParsedPatch)> =
+        parsed_all.iter().map(|(id, p)| (id.as_str(), p)).collect();
+    let surface = crate::surface::measure(
+        &updated,
+        &parsed_refs,
+        &mut |path: &str| Ok(repo.resolve(&format!("{base}:{path}"))?.is_some()),
+        &mut |path: &str| {
+            Ok(repo
+                .read_file(&parent_tree, path)?
+                .map(|b| String::from_utf8_lossy(&b).into_owned()))
+        },
+    )?;
+    let inventory = render::render(&updated, &counts, Some(&surface));
     if fsutil::read_optional(&root.join(INVENTORY_FILE))?.as_deref() != Some(inventory.as_str()) {
         writes.insert(INVENTORY_FILE.to_owned(), inventory);
     }
@@ -242,7 +257,7 @@ pub fn series_stack(
         .ok_or_else(|| Error::NoWorkRepo {
             repo: ctx.layout.repo(),
         })?;
-    let base_tree = workarea::directory_tree(repo, &ctx.layout, &ctx.layout.baseline(registry))?;
+    let base_tree = workarea::baseline_tree(repo, &ctx.layout, registry)?;
     let expected =
         workarea::upstream_commit(repo, registry, &base_tree, None, &registry.upstream.version)?;
     if expected != upstream {
@@ -337,13 +352,17 @@ pub fn run(ctx: &Context, args: &RefreshArgs) -> Result<Outcome> {
     let (export, dirty) = plan(ctx, &registry, &date)?;
     if args.dry_run {
         ui::report(&export.render(true));
-        return Ok(Outcome::Ok);
     }
+    // A dry run must not say "nothing to write" while edits it cannot see
+    // sit uncommitted: it refuses exactly as the real refresh would.
     if dirty {
         return Err(Error::DirtyWorkRepo {
             repo: ctx.layout.repo(),
-            reason: "uncommitted changes in the work tree; commit them (with a `Fork-Patch-Id:` trailer) before refresh".into(),
+            reason: "uncommitted changes in the work tree are not part of the series; commit them (with a `Fork-Patch-Id:` trailer) before refresh".into(),
         });
+    }
+    if args.dry_run {
+        return Ok(Outcome::Ok);
     }
     write(ctx, &export)?;
     ui::report(&export.render(false));

@@ -1,14 +1,23 @@
 //! `render`: write FORK_PATCHES.md.
 
+use crate::cmd::check::analyze;
 use crate::cmd::{Context, Outcome};
 use crate::error::Result;
 use crate::registry::Registry;
 use crate::render::{INVENTORY_FILE, line_counts, render};
 
-/// The inventory text for the current registry and patch files.
-#[must_use]
-pub fn inventory(ctx: &Context, registry: &Registry) -> String {
-    render(registry, &line_counts(&ctx.root, registry))
+/// The inventory text for the current registry, patch files and baseline
+/// (the series is applied in process to measure its surface).
+///
+/// # Errors
+/// I/O errors reading the baseline.
+pub fn inventory(ctx: &Context, registry: &Registry) -> Result<String> {
+    let analysis = analyze(&ctx.root, registry)?;
+    Ok(render(
+        registry,
+        &line_counts(&ctx.root, registry),
+        analysis.surface.as_ref(),
+    ))
 }
 
 /// Writes FORK_PATCHES.md.
@@ -18,7 +27,7 @@ pub fn inventory(ctx: &Context, registry: &Registry) -> String {
 pub fn run(ctx: &Context) -> Result<Outcome> {
     let registry = ctx.registry()?;
     let path = ctx.root.join(INVENTORY_FILE);
-    crate::fsutil::write_atomic(&path, inventory(ctx, &registry).as_bytes())?;
+    crate::fsutil::write_atomic(&path, inventory(ctx, &registry)?.as_bytes())?;
     crate::ui::report(&format!("{}\n", path.display()));
     Ok(Outcome::Ok)
 }

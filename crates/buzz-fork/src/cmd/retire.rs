@@ -84,7 +84,7 @@ pub fn retire(ctx: &Context, id: &str, owner_decision: Option<&str>) -> Result<R
     registry.save(&ctx.root)?;
     fsutil::remove_file_if_present(&ctx.root.join(&entry.file))?;
     fsutil::remove_file_if_present(&ctx.root.join(content_path(id)))?;
-    let inventory = crate::cmd::render::inventory(ctx, &registry);
+    let inventory = crate::cmd::render::inventory(ctx, &registry)?;
     fsutil::write_atomic(&ctx.root.join(INVENTORY_FILE), inventory.as_bytes())?;
     Ok(registry)
 }
@@ -93,7 +93,7 @@ pub fn retire(ctx: &Context, id: &str, owner_decision: Option<&str>) -> Result<R
 /// patches before it.
 fn is_upstream(ctx: &Context, registry: &Registry, entry: &PatchEntry) -> Result<bool> {
     let repo = workarea::ensure_repo(&ctx.git, &ctx.layout)?;
-    let base_tree = workarea::directory_tree(&repo, &ctx.layout, &ctx.layout.baseline(registry))?;
+    let base_tree = workarea::baseline_tree(&repo, &ctx.layout, registry)?;
     let base = workarea::upstream_commit(
         &repo,
         registry,

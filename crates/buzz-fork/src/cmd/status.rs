@@ -1,4 +1,5 @@
-//! `status`: one line per patch.
+//! `status`: one line per patch, then the series' surface (lines in
+//! upstream files, glue modules, import cycles through glue).
 
 use crate::cmd::check::analyze;
 use crate::cmd::{Context, Outcome};
@@ -11,7 +12,8 @@ use crate::ui::{self, Table};
 /// Registry or I/O errors.
 pub fn run(ctx: &Context) -> Result<Outcome> {
     let registry = ctx.registry()?;
-    let (analysis, _) = analyze(&ctx.root, &registry)?;
+    let analyzed = analyze(&ctx.root, &registry)?;
+    let analysis = &analyzed.patches;
     let mut t = Table::new(&["id", "status", "reason", "applies", "guards"]);
     for entry in &registry.patches {
         let applies = match analysis.iter().find(|a| a.entry.id == entry.id) {
@@ -35,10 +37,17 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             ),
         ]);
     }
-    if t.is_empty() {
-        ui::report("series is empty\n");
+    let mut out = if t.is_empty() {
+        "series is empty\n".to_owned()
     } else {
-        ui::report(&t.render());
+        t.render()
+    };
+    out.push('\n');
+    match &analyzed.surface {
+        Some(surface) => out.push_str(&surface.summary()),
+        None => out
+            .push_str("surface: not measured (a patch does not apply; run `scripts/fork check`)\n"),
     }
+    ui::report(&out);
     Ok(Outcome::Ok)
 }

@@ -19,7 +19,7 @@
 //! new series are written. Nothing in the repository changes unless
 //! `--write` is given and nothing blocks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -36,7 +36,7 @@ use crate::guards;
 use crate::patchfile::{self, ParsedPatch};
 use crate::registry::{PATCH_ID_TRAILER, PatchEntry, PatchId, Registry, Retired, Status};
 use crate::ui::{self, Table};
-use crate::workarea::{self, SERIES_BRANCH, SYNC_SERIES_REF, SYNC_UPSTREAM_REF};
+use crate::workarea::{self, BaselineSource, SERIES_BRANCH, SYNC_SERIES_REF, SYNC_UPSTREAM_REF};
 
 /// Per-patch classification.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,19 +153,133 @@ pub struct SyncRun {
     pub stack: Vec<(PatchId, Oid)>,
 }
 
-/// Which directory holds the new upstream crate.
-fn upstream_dir(dir: &Path, registry: &Registry) -> Result<PathBuf> {
-    let nested = dir.join(&registry.upstream.path);
-    if nested.is_dir() {
-        return Ok(nested);
+/// Where the new upstream's baseline is, validated before anything is
+/// imported.
+#[derive(Debug, Clone)]
+pub enum UpstreamDir {
+    /// A checkout root holding every baseline path at its upstream location.
+    Checkout(PathBuf),
+    /// The crate directory on its own (single-crate baselines only).
+    CrateDir(PathBuf),
+}
+
+impl UpstreamDir {
+    fn source(&self) -> BaselineSource<'_> {
+        match self {
+            UpstreamDir::Checkout(p) => BaselineSource::Checkout(p),
+            UpstreamDir::CrateDir(p) => BaselineSource::CrateDir(p),
+        }
     }
-    if dir.is_dir() {
-        return Ok(dir.to_path_buf());
+}
+
+/// The package name a `Cargo.toml` declares.
+fn package_name(manifest: &Path) -> Result<Option<String>, String> {
+    let text = std::fs::read_to_string(manifest)
+        .map_err(|e| format!("cannot read {}: {e}", manifest.display()))?;
+    let table: toml::Table = toml::from_str(&text).map_err(|e| {
+        format!(
+            "{} does not parse: {}",
+            manifest.display(),
+            crate::error::first_line(&e.to_string())
+        )
+    })?;
+    Ok(table
+        .get("package")
+        .and_then(|p| p.get("name"))
+        .and_then(toml::Value::as_str)
+        .map(str::to_owned))
+}
+
+/// Finds and validates the new upstream in `dir`: the crate (by its
+/// package name) and, for a workspace baseline, every baseline path.
+///
+/// # Errors
+/// [`Error::UpstreamInvalid`] naming what is missing.
+pub fn upstream_dir(dir: &Path, registry: &Registry) -> Result<UpstreamDir> {
+    let up = &registry.upstream;
+    let invalid = |detail: String| Error::UpstreamInvalid {
+        dir: dir.to_path_buf(),
+        detail,
+    };
+    if !dir.is_dir() {
+        return Err(invalid("is not a directory".into()));
     }
-    Err(Error::Usage(format!(
-        "--upstream {} is not a directory",
-        dir.display()
-    )))
+    let nested = dir.join(&up.path).join("Cargo.toml");
+    let (found, manifest) = if nested.is_file() {
+        (UpstreamDir::Checkout(dir.to_path_buf()), nested)
+    } else if up.baseline_paths.is_empty() && dir.join("Cargo.toml").is_file() {
+        (
+            UpstreamDir::CrateDir(dir.to_path_buf()),
+            dir.join("Cargo.toml"),
+        )
+    } else {
+        return Err(invalid(format!(
+            "does not contain the crate `{}`: no {}/Cargo.toml{}",
+            up.crate_name,
+            up.path,
+            if up.baseline_paths.is_empty() {
+                " and no Cargo.toml of the crate itself"
+            } else {
+                " (a workspace baseline needs the checkout root)"
+            }
+        )));
+    };
+    match package_name(&manifest) {
+        Ok(Some(name)) if name == up.crate_name => {}
+        Ok(Some(name)) => {
+            return Err(invalid(format!(
+                "{} is package `{name}`, not `{}`",
+                manifest.display(),
+                up.crate_name
+            )));
+        }
+        Ok(None) => {
+            return Err(invalid(format!(
+                "{} has no [package] (expected the crate `{}`)",
+                manifest.display(),
+                up.crate_name
+            )));
+        }
+        Err(e) => return Err(invalid(e)),
+    }
+    for (i, b) in up.baseline_paths.iter().enumerate() {
+        if !dir.join(b.upstream_path()).exists() {
+            return Err(invalid(format!(
+                "does not contain {} (upstream.baseline_paths[{i}])",
+                b.upstream_path()
+            )));
+        }
+    }
+    Ok(found)
+}
+
+/// `git range-diff` of the old and new series; an empty side (everything
+/// upstream, or the first patch blocked) is described instead, since git
+/// needs two non-empty ranges.
+fn series_range_diff(repo: &Repo<'_>, old: (&Oid, &Oid), new: (&Oid, &Oid)) -> Result<String> {
+    let describe = |base: &Oid, tip: &Oid| -> Result<String> {
+        let mut out = String::new();
+        for (i, c) in repo.commits_between(base, tip)?.iter().enumerate() {
+            let info = repo.read_commit(c)?;
+            let subject = info.message.lines().next().unwrap_or_default().to_owned();
+            let _ = writeln!(out, "{}:  {} {subject}", i + 1, c.short());
+        }
+        Ok(out)
+    };
+    match (old.0 == old.1, new.0 == new.1) {
+        (true, true) => Ok("Both the old and the new series are empty.\n".to_owned()),
+        (false, true) => Ok(format!(
+            "The new series is empty: no patch was re-applied on the new upstream \
+             (every patch is already upstream, empty or blocked; see the report).\n\n\
+             Old series:\n{}",
+            describe(old.0, old.1)?
+        )),
+        (true, false) => Ok(format!(
+            "The old series is empty.\n\nNew series:\n{}",
+            describe(new.0, new.1)?
+        )),
+        (false, false) => repo.range_diff(old, new),
+    }
 }
 
 /// Commits of the maintainer's `series` branch (by patch id) when that branch
@@ -196,15 +310,6 @@ fn resolutions(repo: &Repo<'_>, new_base: &Oid) -> Result<BTreeMap<String, (Oid,
     Ok(out)
 }
 
-/// Missing symbols and seams of `entry` in `tree`.
-fn tree_guard_problems(repo: &Repo<'_>, tree: &Oid, entry: &PatchEntry) -> Result<Vec<String>> {
-    guards::entry_problems(entry, |path: &str| -> Result<Option<String>> {
-        Ok(repo
-            .read_file(tree, path)?
-            .map(|b| String::from_utf8_lossy(&b).into_owned()))
-    })
-}
-
 /// In-process fit of every hunk against the files of `commit`.
 fn hunk_fits(
     repo: &Repo<'_>,
@@ -225,6 +330,33 @@ fn hunk_fits(
         }
     }
     Ok(out)
+}
+
+/// Whether upstream took patch `i` together with later patches that edit
+/// its lines (so neither its own reverse nor its forward form fits): the
+/// smallest `j > i` whose combined change `i..=j` reverse-applies to `head`.
+fn upstream_with_later(
+    repo: &Repo<'_>,
+    old: &workarea::Series,
+    i: usize,
+    head: &Oid,
+) -> Result<Option<usize>> {
+    for j in i + 1..old.commits.len() {
+        let diff = repo.diff(old.prefix_tip(i), &old.commits[j].commit)?;
+        let file = tempfile::Builder::new()
+            .prefix("buzz-fork-combined-")
+            .suffix(".patch")
+            .tempfile()
+            .map_err(|e| Error::io("creating a temporary file in", std::env::temp_dir(), e))?;
+        std::fs::write(file.path(), diff.as_bytes())
+            .map_err(|e| Error::io("writing", file.path(), e))?;
+        if let ApplyOutcome::Applied(_) =
+            repo.apply_patch(head, file.path(), Direction::Reverse, ApplyMode::CheckOnly)?
+        {
+            return Ok(Some(j));
+        }
+    }
+    Ok(None)
 }
 
 /// Whether every hunk fits exactly (file creation and deletion included).
@@ -250,23 +382,21 @@ pub fn compute(
     new_version: Option<&str>,
 ) -> Result<SyncRun> {
     let layout = &ctx.layout;
+    // Everything that can be refused is checked before the work repo's refs
+    // move, so a refused sync leaves them as they were.
+    let source = upstream_dir(upstream, registry)?;
     let repo = workarea::ensure_repo(&ctx.git, layout)?;
-    let old_tree = workarea::directory_tree(&repo, layout, &layout.baseline(registry))?;
+    let old_tree = workarea::baseline_tree(&repo, layout, registry)?;
     if old_tree.as_str() != registry.upstream.tree {
         return Err(Error::BaselineEdited {
-            path: registry.upstream.path.clone(),
+            path: workarea::baseline_label(registry),
             expected: registry.upstream.tree.clone(),
             found: old_tree.to_string(),
         });
     }
-    let new_dir = upstream_dir(upstream, registry)?;
-    let new_tree = workarea::directory_tree(&repo, layout, &new_dir)?;
+    crate::cmd::check::preflight(&ctx.root, registry)?;
+    let new_tree = workarea::baseline_tree_from(&repo, layout, registry, source.source())?;
     let old = workarea::build_active_series(&repo, layout, registry, None)?;
-    // Give the maintainer the current series to rebase onto the new upstream,
-    // unless the work repo holds work of theirs (e.g. such a resolution).
-    if workarea::unsaved_work(&repo, old.tip())?.is_none() {
-        workarea::install_series(&repo, &old)?;
-    }
     let label = new_version.map_or_else(|| format!("(tree {})", new_tree.short()), str::to_owned);
     let new_base = workarea::upstream_commit(&repo, registry, &new_tree, Some(&old.base), &label)?;
     let resolved = if new_tree == old_tree {
@@ -360,6 +490,24 @@ pub fn compute(
                 }
             },
         }
+        if rep.status == SyncStatus::Conflict
+            && !resolved.contains_key(entry.id.as_str())
+            && let Some(later) = upstream_with_later(&repo, &old, i, &head)?
+        {
+            let ids: Vec<&str> = active[i + 1..=later]
+                .iter()
+                .map(|e| e.id.as_str())
+                .collect();
+            rep.status = SyncStatus::AlreadyUpstream;
+            rep.files = parsed.paths();
+            rep.hunks.clear();
+            rep.detail = Some(format!(
+                "upstream has it together with the later {}: the reverse of their combined change applies (sync --write retires it as upstreamed)",
+                ids.join(", ")
+            ));
+            patches.push(rep);
+            continue;
+        }
         if let Some((commit, parent)) = resolved.get(entry.id.as_str())
             && let MergeOutcome::Clean(tree) = repo.merge_tree(parent, &head, commit)?
         {
@@ -388,7 +536,11 @@ pub fn compute(
             patches.push(rep);
             continue;
         }
-        let missing = tree_guard_problems(&repo, &tree, entry)?;
+        let missing = guards::entry_problems(entry, |path: &str| -> Result<Option<String>> {
+            Ok(repo
+                .read_file(&tree, path)?
+                .map(|b| String::from_utf8_lossy(&b).into_owned()))
+        })?;
         if !missing.is_empty() {
             rep.status = SyncStatus::GuardFailed;
             rep.detail = Some(format!(
@@ -403,13 +555,41 @@ pub fn compute(
         patches.push(rep);
     }
 
+    let blocked: BTreeSet<&str> = patches
+        .iter()
+        .filter(|p| p.status.blocks())
+        .map(|p| p.id.as_str())
+        .collect();
+    let notes: Vec<Option<String>> = active
+        .iter()
+        .map(|entry| {
+            let deps: Vec<&str> = entry
+                .depends_on
+                .iter()
+                .map(PatchId::as_str)
+                .filter(|d| blocked.contains(d))
+                .collect();
+            (!deps.is_empty()).then(|| deps.join(", "))
+        })
+        .collect();
+    for (rep, deps) in patches.iter_mut().zip(notes) {
+        if let Some(deps) = deps
+            && rep.status.blocks()
+        {
+            let detail = rep.detail.take().unwrap_or_default();
+            rep.detail = Some(format!(
+                "{detail} (it depends on {deps}, which is blocked too: resolve that first)"
+            ));
+        }
+    }
+    let range_diff = series_range_diff(&repo, (&old.base, old.tip()), (&new_base, &head))?;
+    // Give the maintainer the current series to rebase onto the new upstream,
+    // unless the work repo holds work of theirs (e.g. such a resolution).
+    if workarea::unsaved_work(&repo, old.tip())?.is_none() {
+        workarea::install_series(&repo, &old)?;
+    }
     repo.set_ref(SYNC_UPSTREAM_REF, &new_base, "fork: sync upstream")?;
     repo.set_ref(SYNC_SERIES_REF, &head, "fork: sync series")?;
-    let range_diff = if old.commits.is_empty() && stack.is_empty() {
-        "(both series are empty)\n".to_owned()
-    } else {
-        repo.range_diff((&old.base, old.tip()), (&new_base, &head))?
-    };
     let result = if new_tree == old_tree {
         SyncResult::NoUpdate
     } else if patches.iter().any(|p| p.status.blocks()) {
@@ -488,6 +668,31 @@ impl SyncReport {
             }
         }
         m.push('\n');
+        let reapplied = self
+            .patches
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.status,
+                    SyncStatus::Exact
+                        | SyncStatus::Offset
+                        | SyncStatus::Merged
+                        | SyncStatus::GuardFailed
+                )
+            })
+            .count();
+        if reapplied == 0 {
+            let _ = writeln!(
+                m,
+                "Range-diff: the new series is empty (no patch is re-applied on the new upstream)."
+            );
+        } else {
+            let _ = writeln!(
+                m,
+                "Range-diff: {reapplied} patch(es) re-applied; see the `.range-diff.txt` file next to this report."
+            );
+        }
+        m.push('\n');
         let next = match self.result {
             SyncResult::Ready => {
                 "Review the range-diff, then run `scripts/fork sync --upstream DIR --write`, `scripts/fork verify`, and commit."
@@ -545,16 +750,22 @@ pub fn companion_paths(report: &Path) -> (PathBuf, PathBuf) {
     )
 }
 
-/// Adopts a ready sync: new baseline, new patches, retirements, inventory.
-fn write(
+/// Writes an adopted sync into the repository at `dest` (the root, or the
+/// fork-CI candidate copy of it): the new baseline, the re-exported
+/// patches, retirements, registry and inventory. The work repo is only read.
+///
+/// # Errors
+/// A retirement without an upstream reference; git or I/O failures.
+pub fn adopt(
     ctx: &Context,
     registry: &Registry,
     run: &SyncRun,
     version: Option<&str>,
     commit_text: Option<&str>,
     date: &str,
+    dest: &Path,
 ) -> Result<Registry> {
-    let repo = workarea::ensure_repo(&ctx.git, &ctx.layout)?;
+    let repo = workarea::open_repo(&ctx.git, &ctx.layout)?;
     let mut updated = registry.clone();
     updated.upstream.tree = run.new_tree.to_string();
     if let Some(v) = version {
@@ -592,20 +803,55 @@ fn write(
         removed.push(entry.file.clone());
         removed.push(content_path(&p.id));
     }
-    let export = refresh::export(&ctx.root, &repo, &updated, &run.new_base, &run.stack, date)?;
-    // Baseline: the new upstream crate, swapped in atomically.
-    let baseline_commit = repo.commit_tree(&run.new_tree, &[], "baseline\n")?;
-    let staged = StagedDir::new(&ctx.layout.baseline(registry))?;
-    repo.export_tree(&baseline_commit, staged.path())?;
-    staged.commit()?;
-    export.write(&ctx.root)?;
+    let export = refresh::export(dest, &repo, &updated, &run.new_base, &run.stack, date)?;
+    write_baseline(&repo, registry, &run.new_base, dest)?;
+    export.write(dest)?;
     for rel in &removed {
-        fsutil::remove_file_if_present(&ctx.root.join(rel))?;
+        fsutil::remove_file_if_present(&dest.join(rel))?;
     }
-    // Rebuild the work repo on the adopted baseline.
-    let series = workarea::build_active_series(&repo, &ctx.layout, &export.registry, None)?;
-    workarea::install_series(&repo, &series)?;
     Ok(export.registry)
+}
+
+/// Replaces every baseline path under `dest` with its content in `base` (an
+/// upstream commit of the work repo), each swapped in atomically.
+fn write_baseline(repo: &Repo<'_>, registry: &Registry, base: &Oid, dest: &Path) -> Result<()> {
+    let scratch = tempfile::Builder::new()
+        .prefix("buzz-fork-baseline-")
+        .tempdir()
+        .map_err(|e| Error::io("creating a scratch directory in", std::env::temp_dir(), e))?;
+    repo.export_tree(base, scratch.path())?;
+    for (local, _) in registry.upstream.all_paths() {
+        let from = scratch.path().join(&local);
+        let to = dest.join(&local);
+        if from.is_dir() {
+            let staged = StagedDir::new(&to)?;
+            fsutil::copy_dir(&from, staged.path())?;
+            staged.commit()?;
+        } else {
+            let bytes = std::fs::read(&from).map_err(|e| Error::io("reading", &from, e))?;
+            fsutil::write_atomic(&to, &bytes)?;
+        }
+    }
+    Ok(())
+}
+
+/// Adopts a ready sync in the repository and rebuilds the work repo on it.
+///
+/// # Errors
+/// See [`adopt`]; git failures rebuilding the work repo.
+pub fn write(
+    ctx: &Context,
+    registry: &Registry,
+    run: &SyncRun,
+    version: Option<&str>,
+    commit_text: Option<&str>,
+    date: &str,
+) -> Result<Registry> {
+    let updated = adopt(ctx, registry, run, version, commit_text, date, &ctx.root)?;
+    let repo = workarea::open_repo(&ctx.git, &ctx.layout)?;
+    let series = workarea::build_active_series(&repo, &ctx.layout, &updated, None)?;
+    workarea::install_series(&repo, &series)?;
+    Ok(updated)
 }
 
 /// `scripts/fork sync`.

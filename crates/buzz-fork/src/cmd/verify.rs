@@ -36,7 +36,8 @@ use crate::ui::{self, Table};
 use crate::workarea::{self, Series};
 
 /// One row of the verify report.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct VerifyRow {
     /// Patch id.
     pub id: String,

@@ -243,7 +243,7 @@ impl Fixture {
     pub fn render(&self) {
         let ctx = self.ctx();
         let reg = self.registry();
-        let text = buzz_fork::cmd::render::inventory(&ctx, &reg);
+        let text = buzz_fork::cmd::render::inventory(&ctx, &reg).unwrap();
         write(&self.root.join("FORK_PATCHES.md"), &text);
     }
 

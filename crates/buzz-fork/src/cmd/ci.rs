@@ -1,0 +1,427 @@
+//! `ci`: the one command a scheduled fork-CI job runs on every upstream.
+//!
+//! 1. Get the new upstream: a directory (`--upstream DIR`), or a ref of a git
+//!    repository (`--upstream-git URL --ref REF`) fetched into the work area.
+//! 2. `sync`: the baseline must be pristine; classify the series.
+//! 3. When nothing blocks, adopt the sync into a *candidate* copy of the
+//!    repository (`target/fork-work/ci/candidate`, with its own work area and
+//!    cargo target directory) and run `verify --mutation` there.
+//! 4. Write the report (JSON, Markdown, range-diff) and print ONE line on
+//!    stdout: `no_update …`, `ready …` or `blocked …`. Progress and cargo
+//!    output go to stderr.
+//! 5. With `--write`, a ready result is also adopted in the repository
+//!    (exactly `sync --write`); without it nothing in the repository changes.
+//!
+//! Exit codes: 0 `no_update` or `ready`, 3 `blocked` (a conflict, a failed
+//! guard, or a synced series that fails `verify --mutation`), 1 a baseline
+//! that is not pristine or a series `check` refuses, 2 usage or environment.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cli::{CiArgs, VerifyArgs};
+use crate::cmd::sync::{self, SyncResult, SyncRun, SyncStatus, UpstreamDir};
+use crate::cmd::verify::{self, VerifyRow};
+use crate::cmd::{Context, Outcome};
+use crate::error::{Error, Result};
+use crate::fsutil;
+use crate::registry::Registry;
+use crate::ui;
+use crate::workarea::{self, Layout};
+
+/// Ref the fetched upstream commit is kept under in the work repo.
+pub const CI_FETCHED_REF: &str = "refs/fork/ci/fetched";
+
+/// The overall CI verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CiResult {
+    /// The upstream equals the baseline.
+    NoUpdate,
+    /// The synced series applies and passes `verify --mutation`.
+    Ready,
+    /// A conflict, a failed guard or a failing synced series.
+    Blocked,
+}
+
+impl CiResult {
+    /// The keyword the one-line summary starts with.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CiResult::NoUpdate => "no_update",
+            CiResult::Ready => "ready",
+            CiResult::Blocked => "blocked",
+        }
+    }
+}
+
+/// `verify --mutation` on the synced series.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CiVerify {
+    /// Whether verify found no problem.
+    pub passed: bool,
+    /// Per patch results.
+    pub rows: Vec<VerifyRow>,
+    /// The whole-suite result.
+    pub suite: String,
+    /// Every problem verify reported.
+    pub problems: Vec<String>,
+}
+
+/// The fork-CI report (deterministic: no times, no absolute paths).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CiReport {
+    /// The verdict.
+    pub result: CiResult,
+    /// The one line printed on stdout.
+    pub summary: String,
+    /// The upstream as given (`--upstream` text, or `URL@REF`).
+    pub source: String,
+    /// The fetched upstream commit (`--upstream-git` only).
+    pub upstream_commit: Option<String>,
+    /// The sync classification.
+    pub sync: sync::SyncReport,
+    /// `verify --mutation` of the synced series (only when sync was ready).
+    pub verify: Option<CiVerify>,
+    /// Whether the repository was changed (`--write` on a ready result).
+    pub written: bool,
+}
+
+impl CiReport {
+    /// Pretty JSON with a trailing newline.
+    #[must_use]
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
+    /// The Markdown summary: the verdict, the sync report and verify's table.
+    #[must_use]
+    pub fn to_markdown(&self) -> String {
+        let mut m = String::new();
+        let _ = writeln!(m, "# Fork CI: `{}`", self.summary);
+        m.push('\n');
+        let _ = writeln!(m, "- Upstream: {}", self.source);
+        if let Some(c) = &self.upstream_commit {
+            let _ = writeln!(m, "- Upstream commit: `{c}`");
+        }
+        let _ = writeln!(
+            m,
+            "- Repository changed: {}",
+            if self.written { "yes (--write)" } else { "no" }
+        );
+        m.push('\n');
+        m.push_str(&self.sync.to_markdown().replacen("# ", "## ", 1));
+        m.push('\n');
+        match &self.verify {
+            None => {
+                let _ = writeln!(m, "## verify --mutation\n\nNot run: the sync is not ready.");
+            }
+            Some(v) => {
+                let _ = writeln!(
+                    m,
+                    "## verify --mutation on the synced series: {}",
+                    if v.passed { "passed" } else { "FAILED" }
+                );
+                m.push('\n');
+                if !v.rows.is_empty() {
+                    let _ = writeln!(m, "| id | prefix build | guards | defects | mutation |");
+                    let _ = writeln!(m, "|----|--------------|--------|---------|----------|");
+                    for r in &v.rows {
+                        let _ = writeln!(
+                            m,
+                            "| `{}` | {} | {} | {} | {} |",
+                            r.id, r.prefix, r.guards, r.defects, r.mutation
+                        );
+                    }
+                    m.push('\n');
+                }
+                let _ = writeln!(m, "Whole test suite: {}", v.suite);
+                for p in &v.problems {
+                    let _ = writeln!(m, "- {p}");
+                }
+            }
+        }
+        m
+    }
+}
+
+/// The new upstream, ready for `sync`.
+struct Fetched {
+    dir: PathBuf,
+    source: String,
+    commit: Option<String>,
+}
+
+/// Fetches `rev` of `url` into the work area and writes its tree to
+/// `target/fork-work/ci/upstream`.
+fn fetch(ctx: &Context, url: &str, rev: &str) -> Result<Fetched> {
+    let repo = workarea::ensure_repo(&ctx.git, &ctx.layout)?;
+    let commit = repo
+        .fetch(url, rev, CI_FETCHED_REF)?
+        .map_err(|detail| Error::Fetch {
+            url: url.to_owned(),
+            rev: rev.to_owned(),
+            detail,
+        })?;
+    let dir = ctx.layout.ci_dir().join("upstream");
+    fsutil::remove_dir_if_present(&dir)?;
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
+    repo.export_tree(&commit, &dir)?;
+    Ok(Fetched {
+        dir,
+        source: format!("{url}@{rev}"),
+        commit: Some(commit.to_string()),
+    })
+}
+
+/// The version a crate manifest declares (following `version.workspace`
+/// to the checkout root's `[workspace.package]`).
+fn manifest_version(found: &UpstreamDir, registry: &Registry) -> Option<String> {
+    let read = |p: &Path| -> Option<toml::Table> {
+        toml::from_str(&std::fs::read_to_string(p).ok()?).ok()
+    };
+    let (manifest, checkout) = match found {
+        UpstreamDir::Checkout(root) => (
+            root.join(&registry.upstream.path).join("Cargo.toml"),
+            Some(root.clone()),
+        ),
+        UpstreamDir::CrateDir(dir) => (dir.join("Cargo.toml"), None),
+    };
+    let version = read(&manifest)?.get("package")?.get("version")?.clone();
+    match version {
+        toml::Value::String(v) => Some(v),
+        toml::Value::Table(t)
+            if t.get("workspace").and_then(toml::Value::as_bool) == Some(true) =>
+        {
+            let root = read(&checkout?.join("Cargo.toml"))?;
+            root.get("workspace")?
+                .get("package")?
+                .get("version")?
+                .as_str()
+                .map(str::to_owned)
+        }
+        _ => None,
+    }
+}
+
+/// Counts of each status, e.g. `2 exact, 1 already-upstream`.
+fn status_counts(report: &sync::SyncReport) -> String {
+    let order = [
+        SyncStatus::Exact,
+        SyncStatus::Offset,
+        SyncStatus::Merged,
+        SyncStatus::AlreadyUpstream,
+        SyncStatus::Empty,
+        SyncStatus::Conflict,
+        SyncStatus::GuardFailed,
+    ];
+    let parts: Vec<String> = order
+        .iter()
+        .filter_map(|s| {
+            let n = report.patches.iter().filter(|p| p.status == *s).count();
+            (n > 0).then(|| format!("{n} {}", s.as_str()))
+        })
+        .collect();
+    if parts.is_empty() {
+        "no active patch".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// Why each blocking patch blocks, for the one-line summary.
+fn blockers(report: &sync::SyncReport) -> String {
+    report
+        .patches
+        .iter()
+        .filter(|p| matches!(p.status, SyncStatus::Conflict | SyncStatus::GuardFailed))
+        .map(|p| match p.status {
+            SyncStatus::Conflict => format!("{} conflict in {}", p.id, p.files.join(", ")),
+            _ => format!("{} guard-failed", p.id),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A context for the candidate copy at `dir`: its own work area, and the
+/// fork-CI cargo target directory, which persists between runs (the
+/// candidate is always written to the same place, so cargo's fingerprints
+/// stay valid).
+fn candidate_context(ctx: &Context, dir: &Path) -> Result<Context> {
+    let mut layout = Layout::new(dir);
+    layout.target = ctx.layout.ci_dir().join("target");
+    Ok(Context {
+        root: dir.to_path_buf(),
+        layout,
+        git: crate::git::Git::new()?,
+    })
+}
+
+/// Adopts `run` into a fresh candidate copy of the repository and runs
+/// `verify --mutation` there.
+fn verify_candidate(
+    ctx: &Context,
+    registry: &Registry,
+    run: &SyncRun,
+    version: Option<&str>,
+    commit: Option<&str>,
+    date: &str,
+) -> Result<CiVerify> {
+    let dir = ctx.layout.ci_dir().join("candidate");
+    fsutil::remove_dir_if_present(&dir)?;
+    fsutil::copy_dir(&ctx.root, &dir)?;
+    sync::adopt(ctx, registry, run, version, commit, date, &dir)?;
+    let candidate = candidate_context(ctx, &dir)?;
+    ui::step(&format!(
+        "verify --mutation of the synced series in {}",
+        dir.display()
+    ));
+    let report = verify::verify(
+        &candidate,
+        &VerifyArgs {
+            mutation: true,
+            skip_prefix: false,
+        },
+    )?;
+    Ok(CiVerify {
+        passed: report.problems.is_empty(),
+        rows: report.rows,
+        suite: report.suite,
+        problems: report.problems,
+    })
+}
+
+/// `scripts/fork ci`.
+///
+/// # Errors
+/// Usage and environment errors (exit 2), an edited baseline or a series
+/// `check` refuses (exit 1).
+pub fn run(ctx: &Context, args: &CiArgs) -> Result<Outcome> {
+    let registry = ctx.registry()?;
+    let date = crate::dates::resolve(args.date.as_deref())?;
+    let fetched = match (&args.upstream, &args.upstream_git, &args.git_ref) {
+        (Some(dir), None, None) => Fetched {
+            dir: if dir.is_absolute() {
+                dir.clone()
+            } else {
+                std::env::current_dir()
+                    .map_err(|e| Error::io("reading", ".", e))?
+                    .join(dir)
+            },
+            source: dir.display().to_string(),
+            commit: None,
+        },
+        (None, Some(url), Some(rev)) => fetch(ctx, url, rev)?,
+        _ => {
+            return Err(Error::Usage(
+                "give either --upstream DIR or --upstream-git URL --ref REF".into(),
+            ));
+        }
+    };
+    let found = sync::upstream_dir(&fetched.dir, &registry)?;
+    let version = args
+        .version
+        .clone()
+        .or_else(|| manifest_version(&found, &registry));
+    let commit = args.commit.clone().or_else(|| fetched.commit.clone());
+    let run = sync::compute(ctx, &registry, &fetched.dir, version.as_deref())?;
+    let label = version.clone().unwrap_or_else(|| "(unnamed)".to_owned());
+    let mut verify = None;
+    let mut written = false;
+    let (result, summary) = match run.report.result {
+        SyncResult::NoUpdate => (
+            CiResult::NoUpdate,
+            format!(
+                "no_update {label}: upstream equals the baseline ({} {})",
+                registry.upstream.crate_name, registry.upstream.version
+            ),
+        ),
+        SyncResult::Blocked => (
+            CiResult::Blocked,
+            format!("blocked {label}: {}", blockers(&run.report)),
+        ),
+        SyncResult::Ready => {
+            let checked = verify_candidate(
+                ctx,
+                &registry,
+                &run,
+                version.as_deref(),
+                commit.as_deref(),
+                &date,
+            )?;
+            let outcome = if checked.passed {
+                if args.write {
+                    sync::write(
+                        ctx,
+                        &registry,
+                        &run,
+                        version.as_deref(),
+                        commit.as_deref(),
+                        &date,
+                    )?;
+                    written = true;
+                }
+                (
+                    CiResult::Ready,
+                    format!(
+                        "ready {label}: {}; verify --mutation passed{}",
+                        status_counts(&run.report),
+                        if written { "; adopted (--write)" } else { "" }
+                    ),
+                )
+            } else {
+                let first = checked.problems.first().cloned().unwrap_or_default();
+                let more = checked.problems.len().saturating_sub(1);
+                (
+                    CiResult::Blocked,
+                    format!(
+                        "blocked {label}: the synced series fails verify --mutation: {first}{}",
+                        if more > 0 {
+                            format!(" (+{more} more)")
+                        } else {
+                            String::new()
+                        }
+                    ),
+                )
+            };
+            verify = Some(checked);
+            outcome
+        }
+    };
+    let report = CiReport {
+        result,
+        summary: summary.clone(),
+        source: fetched.source,
+        upstream_commit: fetched.commit,
+        sync: run.report.clone(),
+        verify,
+        written,
+    };
+    let report_path = args
+        .report
+        .clone()
+        .unwrap_or_else(|| ctx.layout.ci_dir().join("report.json"));
+    let (md_path, range_path) = sync::companion_paths(&report_path);
+    fsutil::write_atomic(&report_path, report.to_json().as_bytes())?;
+    fsutil::write_atomic(&md_path, report.to_markdown().as_bytes())?;
+    fsutil::write_atomic(&range_path, run.range_diff.as_bytes())?;
+    ui::note(&run.report.to_table());
+    ui::note(&format!(
+        "report: {}\nsummary: {}\nrange-diff: {}",
+        report_path.display(),
+        md_path.display(),
+        range_path.display()
+    ));
+    ui::report(&format!("{summary}\n"));
+    Ok(match result {
+        CiResult::NoUpdate | CiResult::Ready => Outcome::Ok,
+        CiResult::Blocked => Outcome::Blocked,
+    })
+}

@@ -1,0 +1,3 @@
+//! Clean-room model of the upstream bridge crate (drift corpus).
+
+pub mod pool;
