@@ -118,6 +118,7 @@ impl Rig {
             .s
             .harness_command(harness, &self.agent.command(), extra);
         cmd.arg("--once")
+            .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         let mut child = cmd
