@@ -42,9 +42,8 @@ struct Args {
 }
 
 fn parse_adapter(name: &str) -> Result<Adapter, String> {
-    Adapter::from_name(name).ok_or_else(|| {
-        format!("unknown adapter {name:?} (codex-acp, opencode, claude-agent-acp)")
-    })
+    Adapter::from_name(name)
+        .ok_or_else(|| format!("unknown adapter {name:?} (codex-acp, opencode, claude-agent-acp)"))
 }
 
 #[derive(Debug, Clone, Copy)]
