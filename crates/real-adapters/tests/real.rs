@@ -23,7 +23,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use buzz_acp::relay::Event;
-use buzz_acp::testing::{AGENT, AGENT_CWD, Scenario, wait_until};
+use buzz_acp::testing::{AGENT_CWD, Scenario, wait_until};
 use fake_llm::Observation;
 use real_adapters::adapter::install_dir;
 use real_adapters::binaries::{baseline_harness, patched_harness};
@@ -163,18 +163,38 @@ impl Rig {
     }
 
     /// Waits for the agent's reply to `event` and returns what its model received.
+    /// The model's answer is the agent's reply to `event` that carries the fake LLM's tag (a
+    /// harness notice in the same place carries none).
     fn reply_to(&self, event: &Event, within: Duration) -> Result<(Event, Observation)> {
-        let reply = self
-            .s
-            .wait_for_reply(&event.id, within)
-            .ok_or_else(|| fail(format!("no reply to {:?}", event.content)))?;
-        let seen = Observation::parse(&reply.content).ok_or_else(|| {
+        let answer = || {
+            self.s.replies().into_iter().find_map(|reply| {
+                let to_event = reply.thread_refs().reply.as_deref() == Some(event.id.as_str());
+                let seen = Observation::parse(&reply.content)?;
+                to_event.then_some((reply, seen))
+            })
+        };
+        wait_until(within, answer).ok_or_else(|| {
+            let other: Vec<String> = self
+                .s
+                .replies()
+                .into_iter()
+                .filter(|r| r.thread_refs().reply.as_deref() == Some(event.id.as_str()))
+                .map(|r| r.content)
+                .collect();
             fail(format!(
-                "the reply carries no fake-llm tag: {:?}",
-                reply.content
+                "no answer from the model to {:?} (other replies to it: {other:?})",
+                event.content
             ))
-        })?;
-        Ok((reply, seen))
+        })
+    }
+
+    /// What the harness itself said in the thread: agent events without the fake LLM's tag.
+    fn notices(&self) -> Vec<Event> {
+        self.s
+            .replies()
+            .into_iter()
+            .filter(|e| Observation::parse(&e.content).is_none())
+            .collect()
     }
 
     /// Methods the harness sent to the agent, in order (from its observer log).
@@ -325,6 +345,10 @@ fn lost_session_gets_a_fresh_session(adapter: Adapter) -> Result<()> {
         .filter(|m| *m == "session/new")
         .count();
 
+    assert!(
+        rig.notices().is_empty(),
+        "{adapter}: a notice before anything went wrong"
+    );
     let removed = rig.agent.lose_all_sessions()?;
     assert!(removed > 0, "{adapter}: no session storage found to delete");
     let question = rig.post_reply(&root, &r1, "Do you still know the plan?")?;
@@ -350,19 +374,7 @@ fn lost_session_gets_a_fresh_session(adapter: Adapter) -> Result<()> {
         seen.user_messages >= 1,
         "{adapter}: the fresh session's model got no user message: {seen:?}"
     );
-    let triggers = [&root.id, &told.id, &question.id];
-    let notices: Vec<Event> = rig
-        .s
-        .replies()
-        .into_iter()
-        .filter(|e| e.pubkey == AGENT)
-        .filter(|e| {
-            e.thread_refs()
-                .reply
-                .as_deref()
-                .is_none_or(|parent| !triggers.iter().any(|t| t.as_str() == parent))
-        })
-        .collect();
+    let notices = rig.notices();
     assert!(
         !notices.is_empty(),
         "{adapter}: the thread must be told that its earlier context could not be restored"
