@@ -188,6 +188,17 @@ impl Rig {
         })
     }
 
+    /// Whether the observer's last pool event is a sleep (no agent spawned since).
+    fn pool_is_asleep(&self) -> bool {
+        let log = std::fs::read_to_string(&self.s.observer_log).unwrap_or_default();
+        let last = log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|r| r["type"].as_str().map(str::to_owned))
+            .rfind(|t| t == "pool_sleep" || t == "agent_spawn");
+        last.as_deref() == Some("pool_sleep")
+    }
+
     /// What the harness itself said in the thread: agent events without the fake LLM's tag.
     fn notices(&self) -> Vec<Event> {
         self.s
@@ -303,10 +314,11 @@ fn idle_sleep_scenario(adapter: Adapter, harness: &Path, fact: &str) -> Result<O
     let told = rig.post_reply(&root, &r0, &format!("Remember the code word {fact}."))?;
     let (r1, _) = rig.reply_to(&told, REPLY)?;
     let last = rig.post_chatter(&root, r1, 4)?;
-    wait_until(REPLY, || {
-        (!rig.s.observer_records("pool_sleep").is_empty()).then_some(())
-    })
-    .ok_or_else(|| fail(format!("{adapter}: the pool never went to sleep")))?;
+    // The pool must be asleep now: a sleep recorded after the last spawn. (A sleep seen
+    // earlier proves nothing: the baseline may sleep right after a long first turn and spawn
+    // a fresh agent for the fact, #6378.)
+    wait_until(REPLY, || rig.pool_is_asleep().then_some(()))
+        .ok_or_else(|| fail(format!("{adapter}: the pool never went to sleep")))?;
     let question = rig.post_reply(&root, &last, "What was the code word?")?;
     let (_, seen) = rig.reply_to(&question, REPLY)?;
     running.stop().map_err(|e| fail(e.to_string()))?;
