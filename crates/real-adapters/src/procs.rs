@@ -44,6 +44,12 @@ mod tests {
             .env("HOME", home.path())
             .spawn()
             .unwrap();
+        // The parent may run again before the exec has laid out the new environment (the
+        // kernel wakes it early in exec), so wait for the process to show its HOME.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while processes_with_home(home.path()).is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert_eq!(processes_with_home(home.path()), [child.id()]);
         child.kill().unwrap();
         child.wait().unwrap();
