@@ -20,14 +20,17 @@ use agent_client_protocol::v1::schema::{
     TextContent, ToolCallUpdate, ToolCallUpdateFields, ToolKind, UsageUpdate,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
-use agent_client_protocol::{Agent, Client, ConnectTo, Error, LineDirection, Lines, Stdio};
+use agent_client_protocol::{
+    Agent, Client, ConnectTo, Error, Handled, LineDirection, Lines, Stdio, UntypedMessage,
+};
 use futures::channel::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use futures::{SinkExt, StreamExt};
 
 use crate::cli::Args;
 use crate::error::AgentError;
+use crate::mimic::{self, Advertised, CapabilitiesLayout, MissingSessionAnswer};
 use crate::reply::{self, StopReasonName};
-use crate::sessions::{Sessions, TurnTicket};
+use crate::sessions::{SessionError, Sessions, TurnTicket};
 use crate::transcript::Transcript;
 use crate::wire::WireTap;
 
@@ -58,6 +61,14 @@ struct Settings {
     load_delay: Duration,
     /// Answer every load with this error code instead.
     load_error: Option<i32>,
+    /// Where `initialize` puts the capabilities.
+    layout: CapabilitiesLayout,
+    /// The answer to load/resume of an unknown session (`None`: -32002 with `data.sessionId`).
+    missing_session: Option<MissingSessionAnswer>,
+    /// `agentInfo` name.
+    agent_name: String,
+    /// `agentInfo` version.
+    agent_version: String,
 }
 
 impl From<&Args> for Settings {
@@ -71,6 +82,10 @@ impl From<&Args> for Settings {
             ignore_cancel: args.ignore_cancel,
             load_delay: Duration::from_millis(args.load_delay_ms),
             load_error: args.load_error,
+            layout: args.capabilities_layout,
+            missing_session: args.missing_session.clone(),
+            agent_name: args.agent_name.clone(),
+            agent_version: args.agent_version.clone(),
         }
     }
 }
@@ -168,6 +183,7 @@ async fn serve(
     transport: impl ConnectTo<Agent> + 'static,
 ) -> Result<(), Error> {
     let init_settings = Arc::clone(&settings);
+    let v2_settings = Arc::clone(&settings);
     let new_sessions = sessions.clone();
     let config_sessions = sessions.clone();
     let (prompt_settings, prompt_sessions) = (Arc::clone(&settings), sessions.clone());
@@ -179,6 +195,25 @@ async fn serve(
     Agent
         .v1()
         .name("acp-test-agent")
+        // The v2 draft layout has no typed v1 response, so `initialize` is answered as raw JSON
+        // here; in the v1 layout this handler passes the request on to the typed one below.
+        .on_receive_request(
+            async move |req: UntypedMessage, responder: Responder<serde_json::Value>, _cx| {
+                if req.method() != "initialize" || v2_settings.layout != CapabilitiesLayout::V2 {
+                    return Ok(Handled::No {
+                        message: (req, responder),
+                        retry: false,
+                    });
+                }
+                responder.respond(mimic::v2_initialize_result(
+                    advertised(&v2_settings),
+                    &v2_settings.agent_name,
+                    &v2_settings.agent_version,
+                ))?;
+                Ok(Handled::Yes)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
         .on_receive_request(
             async move |_req: InitializeRequest, responder, _cx| {
                 responder.respond(initialize_response(&init_settings))
@@ -251,7 +286,10 @@ async fn serve(
                 }
                 let transcript = match load_sessions.restore(&req.session_id.0) {
                     Ok(transcript) => transcript,
-                    Err(e) => return responder.respond_with_error(e.into()),
+                    Err(e) => {
+                        return responder
+                            .respond_with_error(restore_error(&load_settings, &req.session_id, e));
+                    }
                 };
                 // The replay must reach the client before the response: it is queued first on the
                 // same outgoing channel, even when the response itself is delayed below.
@@ -284,7 +322,11 @@ async fn serve(
                         ResumeSessionResponse::new()
                             .config_options(resume_sessions.config_options(&transcript)),
                     ),
-                    Err(e) => responder.respond_with_error(e.into()),
+                    Err(e) => responder.respond_with_error(restore_error(
+                        &resume_settings,
+                        &req.session_id,
+                        e,
+                    )),
                 }
             },
             agent_client_protocol::on_receive_request!(),
@@ -305,6 +347,27 @@ async fn serve(
         .await
 }
 
+/// What the flags say is supported, whatever the layout.
+fn advertised(settings: &Settings) -> Advertised {
+    Advertised {
+        load: settings.load_session,
+        resume: settings.session_resume,
+        close: settings.session_close,
+    }
+}
+
+/// The error for a failed restore: the `--missing-session` answer when the session is unknown,
+/// the default conversion otherwise.
+fn restore_error(settings: &Settings, session_id: &SessionId, e: SessionError) -> Error {
+    match (&settings.missing_session, e) {
+        (Some(answer), SessionError::NotFound(_)) => {
+            tracing::info!(session = %session_id, answer = %answer, "unknown session: mimicked answer");
+            answer.to_error(&session_id.0)
+        }
+        (_, e) => e.into(),
+    }
+}
+
 /// The `initialize` answer: capabilities follow the flags so clients' capability checks can be
 /// tested both ways.
 fn initialize_response(settings: &Settings) -> InitializeResponse {
@@ -322,8 +385,8 @@ fn initialize_response(settings: &Settings) -> InitializeResponse {
                 .session_capabilities(session_capabilities),
         )
         .agent_info(Implementation::new(
-            "acp-test-agent",
-            env!("CARGO_PKG_VERSION"),
+            settings.agent_name.clone(),
+            settings.agent_version.clone(),
         ))
 }
 

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+use crate::mimic::{CapabilitiesLayout, MissingSessionAnswer};
 use crate::reply::StopReasonName;
 
 /// A deterministic ACP v1 agent on stdin/stdout, for tests and demos.
@@ -69,6 +70,26 @@ pub struct Args {
     /// Append every received JSON-RPC message to this file as one JSON object per line.
     #[arg(long, value_name = "FILE")]
     pub wire_log: Option<PathBuf>,
+
+    /// Where `initialize` advertises load/resume/close: the v1 places, or the ACP v2 draft's
+    /// `capabilities.session.*` (with the identity in `info`).
+    #[arg(long, value_enum, default_value_t = CapabilitiesLayout::V1)]
+    pub capabilities_layout: CapabilitiesLayout,
+
+    /// How `session/load` and `session/resume` of a session this agent does not have are
+    /// answered: a preset mimicking a real adapter (`codex-acp`, `claude-agent-acp`, `opencode`)
+    /// or a JSON object `{"code": N, "message": "...", "data": ...}` (a `data` string
+    /// `$SESSION_ID` becomes the requested id). Default: -32002 with `data.sessionId`.
+    #[arg(long, value_name = "PRESET|JSON")]
+    pub missing_session: Option<MissingSessionAnswer>,
+
+    /// The `agentInfo` name to report (to mimic a real adapter's identity).
+    #[arg(long, value_name = "NAME", default_value = "acp-test-agent")]
+    pub agent_name: String,
+
+    /// The `agentInfo` version to report.
+    #[arg(long, value_name = "VERSION", default_value = env!("CARGO_PKG_VERSION"))]
+    pub agent_version: String,
 }
 
 #[cfg(test)]
@@ -100,5 +121,30 @@ mod tests {
         assert!(Args::try_parse_from(["x", "--state-dir", "/s", "--exit-on-method", "m"]).is_err());
         assert!(Args::try_parse_from(["x", "--state-dir", "/s", "--stop-reason", "nope"]).is_err());
         assert!(Args::try_parse_from(["x"]).is_err());
+    }
+
+    #[test]
+    fn mimicry_flags_default_to_the_old_behaviour() {
+        let args = Args::try_parse_from(["x", "--state-dir", "/s"]).unwrap();
+        assert_eq!(args.capabilities_layout, CapabilitiesLayout::V1);
+        assert!(args.missing_session.is_none());
+        assert_eq!(args.agent_name, "acp-test-agent");
+        let args = Args::try_parse_from([
+            "x",
+            "--state-dir",
+            "/s",
+            "--capabilities-layout",
+            "v2",
+            "--missing-session",
+            "opencode",
+            "--agent-name",
+            "OpenCode",
+        ])
+        .unwrap();
+        assert_eq!(args.capabilities_layout, CapabilitiesLayout::V2);
+        assert_eq!(args.missing_session.map(|m| m.code), Some(-32603));
+        assert!(
+            Args::try_parse_from(["x", "--state-dir", "/s", "--missing-session", "nope"]).is_err()
+        );
     }
 }

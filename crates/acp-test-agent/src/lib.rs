@@ -21,9 +21,12 @@
 //! - [`reply`]: the pure reply computation.
 //! - [`transcript`]: the on-disk session format.
 //! - [`harness`]: wire-log reading and normalization, binary lookup for other crates' tests.
+//! - [`mimic`]: the ACP v2 draft `initialize` layout and real adapters' "no such session"
+//!   answers (`--capabilities-layout`, `--missing-session`, `--agent-name`).
 
 pub mod cli;
 pub mod harness;
+pub mod mimic;
 pub mod reply;
 pub mod transcript;
 

@@ -1,0 +1,236 @@
+//! Mimicking real adapters: the `initialize` layout of the ACP v2 draft, and the exact error a
+//! given adapter answers when asked to reopen a session it does not have.
+//!
+//! Both are additive: with the defaults the agent answers in the v1 layout and with `-32002`
+//! plus `data.sessionId`, as before.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// Where `initialize` advertises the session capabilities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum CapabilitiesLayout {
+    /// ACP v1: `agentCapabilities.loadSession` and `agentCapabilities.sessionCapabilities.*`,
+    /// identity in `agentInfo`.
+    #[default]
+    V1,
+    /// The ACP v2 draft: `capabilities.session.{load, resume, close}` (each `{}` when
+    /// supported, absent otherwise), identity in `info`; no `agentCapabilities`, no `agentInfo`.
+    V2,
+}
+
+/// What the advertised capabilities are, independent of the layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advertised {
+    /// `session/load`.
+    pub load: bool,
+    /// `session/resume`.
+    pub resume: bool,
+    /// `session/close`.
+    pub close: bool,
+}
+
+/// The `initialize` result in the ACP v2 draft layout (protocol version 1 on the wire, because
+/// clients speaking v1 must still accept the answer).
+#[must_use]
+pub fn v2_initialize_result(caps: Advertised, name: &str, version: &str) -> Value {
+    let mut session = serde_json::Map::new();
+    for (key, on) in [
+        ("load", caps.load),
+        ("resume", caps.resume),
+        ("close", caps.close),
+    ] {
+        if on {
+            session.insert(key.to_owned(), json!({}));
+        }
+    }
+    json!({
+        "protocolVersion": 1,
+        "info": {"name": name, "version": version},
+        "capabilities": {"session": session},
+        "authMethods": [],
+    })
+}
+
+/// The error answered to `session/load` / `session/resume` of a session the agent does not
+/// have. A `data` string `$SESSION_ID` (anywhere in `data`) becomes the requested id.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MissingSessionAnswer {
+    /// JSON-RPC error code.
+    pub code: i32,
+    /// Error message.
+    pub message: String,
+    /// Error data, if any.
+    #[serde(default)]
+    pub data: Option<Value>,
+}
+
+/// Placeholder in `data` for the requested session id.
+const SESSION_ID_PLACEHOLDER: &str = "$SESSION_ID";
+
+/// The adapters whose answers are built in, with the versions they were observed with.
+pub const PRESETS: &[(&str, &str)] = &[
+    (
+        "codex-acp",
+        "codex-acp 0.16.0: -32002 \"Resource not found\", no data",
+    ),
+    (
+        "claude-agent-acp",
+        "claude-agent-acp 0.101.0: -32002 \"Resource not found\", data.sessionId",
+    ),
+    (
+        "opencode",
+        "opencode 1.18.33: -32603 \"Internal error: OpenCode service failure\", data.service \"session\"",
+    ),
+];
+
+impl MissingSessionAnswer {
+    /// The answer of a built-in preset (see [`PRESETS`]).
+    #[must_use]
+    pub fn preset(name: &str) -> Option<Self> {
+        let answer = |code, message: &str, data| Self {
+            code,
+            message: message.to_owned(),
+            data,
+        };
+        match name {
+            "codex-acp" => Some(answer(-32002, "Resource not found", None)),
+            "claude-agent-acp" => Some(answer(
+                -32002,
+                "Resource not found",
+                Some(json!({"sessionId": SESSION_ID_PLACEHOLDER})),
+            )),
+            "opencode" => Some(answer(
+                -32603,
+                "Internal error: OpenCode service failure",
+                Some(json!({"service": "session"})),
+            )),
+            _ => None,
+        }
+    }
+
+    /// The JSON-RPC error for `session_id`.
+    #[must_use]
+    pub fn to_error(&self, session_id: &str) -> agent_client_protocol::Error {
+        let error = agent_client_protocol::Error::new(self.code, self.message.clone());
+        match &self.data {
+            Some(data) => error.data(substitute(data, session_id)),
+            None => error,
+        }
+    }
+}
+
+/// `data` with every `$SESSION_ID` string replaced by the id.
+fn substitute(data: &Value, session_id: &str) -> Value {
+    match data {
+        Value::String(s) if s == SESSION_ID_PLACEHOLDER => Value::String(session_id.to_owned()),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|v| substitute(v, session_id)).collect())
+        }
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), substitute(v, session_id)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// A `--missing-session` value that is neither a preset nor a valid JSON answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "expected a preset ({presets}) or a JSON object {{\"code\", \"message\", \"data\"?}}: {reason}"
+)]
+pub struct BadMissingSessionAnswer {
+    presets: String,
+    reason: String,
+}
+
+impl FromStr for MissingSessionAnswer {
+    type Err = BadMissingSessionAnswer;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let presets = PRESETS
+            .iter()
+            .map(|(name, _)| *name)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let s = s.trim();
+        if s.starts_with('{') {
+            serde_json::from_str(s).map_err(|e| BadMissingSessionAnswer {
+                presets,
+                reason: e.to_string(),
+            })
+        } else {
+            Self::preset(s).ok_or_else(|| BadMissingSessionAnswer {
+                presets,
+                reason: format!("unknown preset {s:?}"),
+            })
+        }
+    }
+}
+
+impl fmt::Display for MissingSessionAnswer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {:?}", self.code, self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v2_layout_lists_only_what_is_supported() {
+        let all = v2_initialize_result(
+            Advertised {
+                load: true,
+                resume: true,
+                close: true,
+            },
+            "n",
+            "1",
+        );
+        assert_eq!(
+            all["capabilities"]["session"],
+            json!({"load": {}, "resume": {}, "close": {}})
+        );
+        assert_eq!(all["info"], json!({"name": "n", "version": "1"}));
+        assert!(all.get("agentCapabilities").is_none() && all.get("agentInfo").is_none());
+        let none = v2_initialize_result(
+            Advertised {
+                load: false,
+                resume: false,
+                close: false,
+            },
+            "n",
+            "1",
+        );
+        assert_eq!(none["capabilities"]["session"], json!({}));
+    }
+
+    #[test]
+    fn presets_and_json_answers_parse() {
+        let opencode: MissingSessionAnswer = "opencode".parse().unwrap();
+        assert_eq!(opencode.code, -32603);
+        let claude: MissingSessionAnswer = "claude-agent-acp".parse().unwrap();
+        let err = claude.to_error("abc");
+        assert_eq!(err.code.value(), -32002);
+        assert_eq!(err.data, Some(json!({"sessionId": "abc"})));
+        let custom: MissingSessionAnswer =
+            r#"{"code": -32602, "message": "Invalid params", "data": ["Session not found: $SESSION_ID", "$SESSION_ID"]}"#
+                .parse()
+                .unwrap();
+        assert_eq!(
+            custom.to_error("s1").data,
+            Some(json!(["Session not found: $SESSION_ID", "s1"]))
+        );
+        assert!("nobody".parse::<MissingSessionAnswer>().is_err());
+        assert!(r#"{"code": 1}"#.parse::<MissingSessionAnswer>().is_err());
+        assert!(r#"{"code": 1, "message": "m", "x": 2}"#.parse::<MissingSessionAnswer>().is_err());
+    }
+}
