@@ -5,6 +5,7 @@
 //! delay) into a `cx.spawn`ed task. That keeps `session/cancel` and other sessions' requests
 //! flowing while a prompt is pending.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +30,7 @@ use futures::{SinkExt, StreamExt};
 use crate::cli::Args;
 use crate::error::AgentError;
 use crate::mimic::{self, Advertised, CapabilitiesLayout, MissingSessionAnswer};
+use crate::processes;
 use crate::reply::{self, StopReasonName};
 use crate::sessions::{SessionError, Sessions, TurnTicket};
 use crate::transcript::Transcript;
@@ -69,7 +71,12 @@ struct Settings {
     agent_name: String,
     /// `agentInfo` version.
     agent_version: String,
+    /// Where `!gate:<name>` looks for the file `<name>` that releases a held prompt.
+    gates_dir: PathBuf,
 }
+
+/// How often a held prompt looks for its gate file.
+const GATE_POLL: Duration = Duration::from_millis(10);
 
 impl From<&Args> for Settings {
     fn from(args: &Args) -> Self {
@@ -86,6 +93,7 @@ impl From<&Args> for Settings {
             missing_session: args.missing_session.clone(),
             agent_name: args.agent_name.clone(),
             agent_version: args.agent_version.clone(),
+            gates_dir: args.state_dir.join("gates"),
         }
     }
 }
@@ -97,6 +105,10 @@ impl From<&Args> for Settings {
 ///
 /// Invalid flags, an unusable state dir or wire log, or a failed connection.
 pub async fn run(args: Args) -> Result<(), AgentError> {
+    if args.helper {
+        processes::run_helper().await;
+        return Ok(());
+    }
     let (settings, sessions) = prepare(&args)?;
     let tap = WireTap::new(
         args.wire_log.as_deref(),
@@ -108,6 +120,16 @@ pub async fn run(args: Args) -> Result<(), AgentError> {
             tap.on_received_line(line);
         }
     });
+    if let Some(pid_file) = &args.pid_file {
+        processes::record_pid(pid_file, "agent", std::process::id())?;
+    }
+    if args.spawn_helper {
+        let helper = processes::spawn_helper(&args.state_dir)?;
+        tracing::info!(helper, "started a helper in its own process group");
+        if let Some(pid_file) = &args.pid_file {
+            processes::record_pid(pid_file, "helper", helper)?;
+        }
+    }
     tracing::info!(pid = std::process::id(), state_dir = %args.state_dir.display(), "serving ACP on stdio");
 
     serve(settings, sessions, transport).await?;
@@ -134,9 +156,9 @@ pub type InProcessLines = (UnboundedSender<String>, UnboundedReceiver<String>);
 /// As for [`run`]; and `--exit-on-request` / `--ignore-stdin-eof` are refused, since there is
 /// no process of the agent's own to exit or keep alive.
 pub fn serve_in_process(args: &Args, instance: u32) -> Result<InProcessLines, AgentError> {
-    if args.exit_on_request.is_some() || args.ignore_stdin_eof {
+    if args.exit_on_request.is_some() || args.ignore_stdin_eof || args.spawn_helper {
         return Err(AgentError::InProcess(
-            "--exit-on-request and --ignore-stdin-eof need an agent process",
+            "--exit-on-request, --ignore-stdin-eof and --spawn-helper need an agent process",
         ));
     }
     let (settings, sessions) = prepare(args)?;
@@ -450,7 +472,7 @@ struct PromptTurn {
 }
 
 impl PromptTurn {
-    /// Waits (delay, permission), then persists and streams the reply and answers the prompt; or
+    /// Waits (delay, gate, permission), then persists and streams the reply and answers the prompt; or
     /// answers `cancelled` as soon as the session is cancelled during the wait.
     async fn run(
         self,
@@ -469,6 +491,13 @@ impl PromptTurn {
                 reply::delay_override(&self.user_text).unwrap_or(self.settings.prompt_delay);
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
+            }
+            if let Some(gate) = reply::gate_override(&self.user_text) {
+                let path = self.settings.gates_dir.join(gate);
+                tracing::info!(gate = %path.display(), "prompt held until the gate file exists");
+                while !path.exists() {
+                    tokio::time::sleep(GATE_POLL).await;
+                }
             }
             if self.user_text.contains(PERMISSION_TRIGGER) {
                 Some(self.ask_permission(index).await)

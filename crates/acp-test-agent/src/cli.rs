@@ -90,6 +90,20 @@ pub struct Args {
     /// The `agentInfo` version to report.
     #[arg(long, value_name = "VERSION", default_value = env!("CARGO_PKG_VERSION"))]
     pub agent_version: String,
+
+    /// Append `agent <pid>` (and `helper <pid>` with `--spawn-helper`) to this file at startup, so
+    /// a test can check which processes outlive their client.
+    #[arg(long, value_name = "FILE")]
+    pub pid_file: Option<PathBuf>,
+
+    /// Start a long-lived helper process in its own process group, like the native children some
+    /// real adapters spawn: a client that kills only the agent's process group misses it.
+    #[arg(long)]
+    pub spawn_helper: bool,
+
+    /// Internal: run as the helper started by `--spawn-helper` (sleep, then exit).
+    #[arg(long, hide = true)]
+    pub helper: bool,
 }
 
 #[cfg(test)]

@@ -29,6 +29,17 @@ pub enum AgentError {
     /// A flag that needs an agent process was given to an in-process agent.
     #[error("in-process agent: {0}")]
     InProcess(&'static str),
+    /// The pid file could not be written.
+    #[error("writing pid file {}: {source}", path.display())]
+    PidFile {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// The `--spawn-helper` process could not be started.
+    #[error("starting the helper process: {0}")]
+    Helper(io::Error),
     /// The ACP connection failed.
     #[error("ACP connection failed: {0}")]
     Protocol(#[from] agent_client_protocol::Error),

@@ -12,7 +12,8 @@
 //! - **Sessions survive restarts.** Transcripts live in `<state-dir>/sessions/<id>.json`
 //!   ([`transcript`]), written atomically and shareable by a pool of agent processes.
 //! - **Faults on demand.** Prompt and load delays, injected load errors, ignored cancels, a crash
-//!   on the Nth request, and ignoring stdin EOF.
+//!   on the Nth request, ignoring stdin EOF, a prompt held until a gate file exists (`!gate:NAME`),
+//!   and a detached helper child (`--spawn-helper`) with a pid file to watch the process tree.
 //! - **A wire log.** `--wire-log` records every message the agent received; [`harness`] reads it
 //!   back and normalizes it for snapshots.
 //!
@@ -32,6 +33,7 @@ pub mod transcript;
 
 mod agent;
 mod error;
+mod processes;
 mod sessions;
 mod wire;
 

@@ -103,6 +103,24 @@ pub fn delay_override(text: &str) -> Option<std::time::Duration> {
     digits.parse().ok().map(std::time::Duration::from_millis)
 }
 
+/// Token asking the agent to hold its answer until a gate file exists (`!gate:<name>`).
+pub const GATE_TOKEN: &str = "!gate:";
+
+/// The `!gate:<name>` token in the last prose line of `text`, if any (same scoping as
+/// [`stop_override`]). The name is read up to the first character outside `[A-Za-z0-9_-]`, so it
+/// can never climb out of the gate directory. Lets a test hold one turn open until it has done
+/// something at a precise point (a turn in flight), instead of racing a delay.
+#[must_use]
+pub fn gate_override(text: &str) -> Option<&str> {
+    let line = last_prose_line(text);
+    let at = line.find(GATE_TOKEN)?;
+    let rest = &line[at + GATE_TOKEN.len()..];
+    let end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+        .unwrap_or(rest.len());
+    (end > 0).then(|| &rest[..end])
+}
+
 /// A streaming 32-bit FNV-1a hasher.
 ///
 /// Implemented here rather than pulled in: it is a handful of lines, and the digest it produces
@@ -335,6 +353,19 @@ mod tests {
         );
         assert_eq!(delay_override("!delay:9\nlater"), None);
         assert_eq!(delay_override("!delay:x"), None);
+    }
+
+    #[test]
+    fn gate_override_reads_a_safe_name_from_the_last_line() {
+        assert_eq!(gate_override("hold !gate:turn-1 please"), Some("turn-1"));
+        assert_eq!(gate_override("!gate:../etc"), None);
+        assert_eq!(gate_override("!gate:a/b"), Some("a"));
+        assert_eq!(
+            gate_override("!gate:x\nlater"),
+            None,
+            "only the last prose line counts"
+        );
+        assert_eq!(gate_override("no gate"), None);
     }
 
     #[test]
