@@ -43,27 +43,47 @@
 //! Store calls block on file I/O (and at most a few seconds on the writer lock), so async callers
 //! should run them off the reactor threads.
 
+pub mod config;
 pub mod delivery;
+pub mod disabled;
+pub mod error;
 pub mod fresh;
 pub mod gate;
 pub mod key;
+pub mod migrate;
+pub mod pg;
+pub mod receipt_store;
 pub mod record;
 pub mod resume;
+pub mod sqlite;
 pub mod store;
 
 mod format;
 mod fsio;
+mod row;
 
 #[cfg(test)]
 mod test_support;
 
+pub use config::{
+    Backend, DEFAULT_MAX_RECEIPTS, Opened, StoreArgs, StoreConfig, open, open_with_report,
+};
 pub use delivery::{MAX_DELIVERED_IDS_PER_SCOPE, bound_delivered};
+pub use disabled::DisabledStore;
+pub use error::StoreError;
 pub use fresh::FreshRequests;
 pub use gate::{AgentCaps, RestoreMethod, may_close, restore_method};
 pub use key::{KeyError, KeyScheme, ScopeKey};
+pub use migrate::Migration;
+pub use pg::PgStore;
+pub use receipt_store::{
+    BackendKind, ChannelRemoval, CommitOutcome, ImportOutcome, PutOutcome, ReceiptStore, Removal,
+    StoredReceipt, UnixMillis, WriteRefusal,
+};
 pub use record::{DeliveryRecord, SessionRecord};
 pub use resume::{
     Compat, FreshReason, LoadVerdict, ResumePlan, classify_load_failure, indeterminate_notice,
     plan_resume,
 };
-pub use store::{MAX_STORE_BYTES, SessionStore, StoreError, StoreScope, StoreStatus};
+pub use sqlite::SqliteStore;
+pub use store::{MAX_STORE_BYTES, SessionStore, StoreScope, StoreStatus};
