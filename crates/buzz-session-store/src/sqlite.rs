@@ -26,7 +26,7 @@ use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
@@ -52,7 +52,19 @@ const SCHEMA_VERSION: i64 = 1;
 /// How long a write waits for another process's write lock before giving up on this write.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Schema version 1. `WITHOUT ROWID`: the primary key is the row, so a lookup is one b-tree.
+/// How often a waiting writer retries the lock. SQLite's own busy handler backs off to 100 ms
+/// sleeps, and a writer asleep that long keeps losing the lock to writers that retry sooner: under
+/// four busy processes some writes starved for the whole timeout. Retrying every ~1 ms (jittered
+/// per process, so waiters do not retry in lockstep) keeps every waiter in the race.
+const BUSY_RETRY: Duration = Duration::from_millis(1);
+
+/// Bytes the write-ahead log is truncated to after a checkpoint (SQLite checkpoints it
+/// automatically every 1000 pages, about 4 MB).
+const WAL_SIZE_LIMIT: i64 = 4 * 1024 * 1024;
+
+/// Schema version 1. A rowid table with a unique key index rather than `WITHOUT ROWID`: a
+/// receipt with its ledger is over a kilobyte, and such rows pack far better into rowid leaves
+/// (measured: about 1.6 KB per receipt instead of 4.8 KB).
 const SCHEMA_V1: &str = "
 CREATE TABLE buzz_receipt_scopes (
     id           INTEGER PRIMARY KEY,
@@ -62,6 +74,7 @@ CREATE TABLE buzz_receipt_scopes (
     UNIQUE (relay, agent_pubkey)
 );
 CREATE TABLE buzz_receipts (
+    id                        INTEGER PRIMARY KEY,
     scope_id                  INTEGER NOT NULL REFERENCES buzz_receipt_scopes (id),
     scope_key                 TEXT    NOT NULL,
     session_id                TEXT    NOT NULL,
@@ -72,8 +85,8 @@ CREATE TABLE buzz_receipts (
     standing_context_sent     INTEGER NOT NULL DEFAULT 0,
     delivered_event_ids       TEXT,
     last_used_ms              INTEGER NOT NULL,
-    PRIMARY KEY (scope_id, scope_key)
-) WITHOUT ROWID;
+    UNIQUE (scope_id, scope_key)
+);
 CREATE INDEX buzz_receipts_lru ON buzz_receipts (scope_id, last_used_ms, scope_key);
 ";
 
@@ -609,9 +622,9 @@ fn connect(path: &Path) -> Result<Connection, StoreError> {
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_NOFOLLOW;
-    let conn = Connection::open_with_flags(path, flags).map_err(err("open"))?;
-    conn.busy_timeout(BUSY_TIMEOUT)
-        .map_err(err("set busy timeout"))?;
+    let mut conn = Connection::open_with_flags(path, flags).map_err(err("open"))?;
+    conn.busy_handler(Some(busy_wait()))
+        .map_err(err("set busy handler"))?;
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
         .map_err(err("enable WAL"))?;
@@ -625,6 +638,9 @@ fn connect(path: &Path) -> Result<Connection, StoreError> {
     }
     conn.pragma_update(None, "synchronous", "FULL")
         .map_err(err("set synchronous"))?;
+    // After a checkpoint, shrink a log that a large transaction (an import) grew.
+    conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
+        .map_err(err("set journal size limit"))?;
     Ok(conn)
 }
 
@@ -676,6 +692,24 @@ fn register_scope(tx: &Transaction<'_>, scope: &StoreScope) -> rusqlite::Result<
         params![id],
     )?;
     Ok(id)
+}
+
+/// The busy handler: retry about every millisecond until [`BUSY_TIMEOUT`] has passed since the
+/// first retry of this lock attempt (SQLite passes the number of retries so far).
+fn busy_wait() -> impl FnMut(i32) -> bool + Send + 'static {
+    let jitter = u64::from(std::process::id() % 7) * 100;
+    let mut since = Instant::now();
+    move |retries| {
+        if retries == 0 {
+            since = Instant::now();
+        }
+        if since.elapsed() >= BUSY_TIMEOUT {
+            return false;
+        }
+        let spread = u64::try_from(retries).unwrap_or(0) % 5 * 100;
+        std::thread::sleep(BUSY_RETRY + Duration::from_micros(jitter + spread));
+        true
+    }
 }
 
 fn is_not_a_database(e: &rusqlite::Error) -> bool {
