@@ -1,10 +1,11 @@
 //! The receipt store at scale and under contention: the old JSON file and each `ReceiptStore`
 //! backend side by side, in one run (`scripts/measure store`).
 //!
-//! * **scale**: a store seeded with N receipts (100 / 1k / 10k / 100k, each with a 16-id
-//!   delivery ledger), then timed writes as the harness makes them: nine turn commits on random
-//!   existing threads for every new thread. Reports p50/p99, what the store still holds, and its
-//!   size on disk.
+//! * **scale**: one store per size, seeded with N receipts (100 / 1k / 10k / 100k, each with a
+//!   16-id delivery ledger), then timed writes as the harness makes them (nine turn commits on
+//!   random existing threads for every new thread), round-robin across the sizes so that
+//!   background load falls on every size alike. Reports p50/p99, what the store still holds, its
+//!   size on disk, and commits reported as written whose ids are not in the store afterwards.
 //! * **contention**: P processes start together and each makes W writes (a new thread, then a
 //!   commit on it); reports refusals, writes lost (acknowledged but not found afterwards) and
 //!   latency percentiles over all writes.
@@ -159,9 +160,9 @@ fn run(args: &RunArgs) -> Result<(), BenchError> {
     let mut kill_rows = Vec::new();
     for &kind in &args.stores {
         let mut base_p50 = None;
-        for &n in &args.scales {
-            let row = scale(kind, n, args)?;
+        for row in scale(kind, args)? {
             emit(&row);
+            let n = row["scopes"].as_u64().unwrap_or(0);
             let p50 = row["write_p50_ms"].as_f64().unwrap_or(0.0);
             if base_p50.is_none() {
                 base_p50 = Some((n, p50));
@@ -179,83 +180,123 @@ fn run(args: &RunArgs) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// The scale measurement for one store and size.
-fn scale(kind: Kind, n: u64, args: &RunArgs) -> Result<serde_json::Value, BenchError> {
-    let fresh = fresh(kind, args.pg_url.as_deref(), &format!("scale{n}"))?;
-    let place = &fresh.place;
-    let handle = Handle::open(place)?;
-    let records: Vec<_> = (0..n).map(|i| (key(i), seeded_record(i))).collect();
-    handle.seed(place, &records)?;
-    drop(records);
-    let held = handle.all()?.len() as u64;
-    let mut silently_dropped = 0u64;
-    let samples = if kind == Kind::Json {
-        args.json_samples
-    } else {
-        args.samples
-    };
-    let mut rng = 0x5eed_u64 ^ n;
-    let mut times = Vec::with_capacity(samples as usize);
-    let mut refused = 0u64;
-    let mut first_refusal = None;
-    for i in 0..samples {
+/// One store seeded with `n` receipts, and what its timed writes saw.
+struct Sized {
+    n: u64,
+    fresh: Fresh,
+    handle: Handle,
+    held: u64,
+    rng: u64,
+    times: Vec<Duration>,
+    refused: u64,
+    silently_dropped: u64,
+    first_refusal: Option<String>,
+}
+
+impl Sized {
+    fn seed(kind: Kind, n: u64, args: &RunArgs) -> Result<Self, BenchError> {
+        let fresh = fresh(kind, args.pg_url.as_deref(), &format!("scale{n}"))?;
+        let handle = Handle::open(&fresh.place)?;
+        let records: Vec<_> = (0..n).map(|i| (key(i), seeded_record(i))).collect();
+        handle.seed(&fresh.place, &records)?;
+        let held = handle.all()?.len() as u64;
+        Ok(Self {
+            n,
+            fresh,
+            handle,
+            held,
+            rng: 0x5eed_u64 ^ n,
+            times: Vec::new(),
+            refused: 0,
+            silently_dropped: 0,
+            first_refusal: None,
+        })
+    }
+
+    /// Write number `i`: every tenth a new thread, the others a turn commit on a random thread.
+    fn write(&mut self, i: u64) {
         let now = 1_000 + i;
         let started = Instant::now();
         let wrote = if i % 10 == 9 {
-            let fresh_key = n + 1 + i;
-            handle.put(
+            let fresh_key = self.n + 1 + i;
+            let wrote = self.handle.put(
                 &key(fresh_key),
                 &SessionRecord::new(session_id(fresh_key)),
                 now,
-            )
+            );
+            self.times.push(started.elapsed());
+            wrote
         } else {
-            rng = splitmix(rng);
-            let k = rng % held.max(1);
+            self.rng = splitmix(self.rng);
+            let k = self.rng % self.held.max(1);
             let new_ids = vec![event_id(k, 1_000 + i)];
             let window: HashSet<String> = (0..subject::LEDGER_IDS as u64)
                 .map(|j| event_id(k, j))
                 .chain(new_ids.iter().cloned())
                 .collect();
-            let wrote = handle.commit(&key(k), &session_id(k), &new_ids, &window, now);
-            let elapsed = started.elapsed();
+            let wrote = self
+                .handle
+                .commit(&key(k), &session_id(k), &new_ids, &window, now);
+            self.times.push(started.elapsed());
             // Outside the timing: did a commit reported as written really land?
-            let landed = handle.get(&key(k)).is_some_and(|r| {
+            let landed = self.handle.get(&key(k)).is_some_and(|r| {
                 r.delivery
                     .is_some_and(|d| d.delivered_event_ids.contains(&new_ids[0]))
             });
             if wrote == Wrote::Yes && !landed {
-                silently_dropped += 1;
+                self.silently_dropped += 1;
             }
-            times.push(elapsed);
             wrote
         };
-        if i % 10 == 9 {
-            times.push(started.elapsed());
-        }
         if let Wrote::Refused(why) = wrote {
-            refused += 1;
-            first_refusal.get_or_insert(why);
+            self.refused += 1;
+            self.first_refusal.get_or_insert(why);
         }
     }
-    times.sort();
-    let all = handle.all()?;
-    let ledgers = all.iter().filter(|(_, r)| r.delivery.is_some()).count();
-    let bytes = settled_bytes(place, handle)?;
-    Ok(json!({
-        "bench": "scale",
-        "store": kind.to_string(),
-        "scopes": n,
-        "held": all.len(),
-        "ledgers": ledgers,
-        "bytes": bytes,
-        "writes": samples,
-        "write_p50_ms": ms(percentile(&times, 50.0)),
-        "write_p99_ms": ms(percentile(&times, 99.0)),
-        "refused": refused,
-        "reported_written_but_not": silently_dropped,
-        "refused_at_seeding": n - held.min(n),
-        "first_refusal": first_refusal,
-    }))
+
+    fn report(mut self, kind: Kind) -> Result<serde_json::Value, BenchError> {
+        self.times.sort();
+        let all = self.handle.all()?;
+        let ledgers = all.iter().filter(|(_, r)| r.delivery.is_some()).count();
+        let bytes = settled_bytes(&self.fresh.place, self.handle)?;
+        Ok(json!({
+            "bench": "scale",
+            "store": kind.to_string(),
+            "scopes": self.n,
+            "held": all.len(),
+            "ledgers": ledgers,
+            "bytes": bytes,
+            "writes": self.times.len(),
+            "write_p50_ms": ms(percentile(&self.times, 50.0)),
+            "write_p99_ms": ms(percentile(&self.times, 99.0)),
+            "refused": self.refused,
+            "reported_written_but_not": self.silently_dropped,
+            "refused_at_seeding": self.n - self.held.min(self.n),
+            "first_refusal": self.first_refusal,
+        }))
+    }
+}
+
+/// The scale measurement for one store: every size is seeded first, then the timed writes go
+/// round-robin across the sizes, so background load on the machine falls on all sizes alike and
+/// the ratios between them hold even when absolute times drift.
+fn scale(kind: Kind, args: &RunArgs) -> Result<Vec<serde_json::Value>, BenchError> {
+    let mut sized = args
+        .scales
+        .iter()
+        .map(|&n| Sized::seed(kind, n, args))
+        .collect::<Result<Vec<_>, _>>()?;
+    let samples = if kind == Kind::Json {
+        args.json_samples
+    } else {
+        args.samples
+    };
+    for i in 0..samples {
+        for s in &mut sized {
+            s.write(i);
+        }
+    }
+    sized.into_iter().map(|s| s.report(kind)).collect()
 }
 
 /// Size on disk once the store is closed: for SQLite the last close checkpoints the write-ahead
