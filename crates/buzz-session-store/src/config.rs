@@ -24,9 +24,9 @@ use crate::receipt_store::{ReceiptStore, UnixMillis};
 use crate::sqlite::{self, SqliteStore};
 use crate::store::StoreScope;
 
-/// Default least-recently-used cap per (relay, agent key). A receipt costs about 1–3 KB with its
-/// ledger, so the default bounds the store to roughly 50–150 MB, while keeping every thread that
-/// was active within the last 50,000 threads' activity resumable.
+/// Default least-recently-used cap per (relay, agent key). A receipt with a full ledger takes
+/// about 1.6 KB on disk (measured, docs/STORE.md), so the default bounds a scope to roughly
+/// 80 MB, while a thread is only forgotten after 50,000 other threads were active since it was.
 pub const DEFAULT_MAX_RECEIPTS: usize = 50_000;
 
 /// The store flags, for `#[command(flatten)]` into the harness's command line.
