@@ -25,6 +25,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::error::StoreError;
+
 use crate::delivery::bound_delivered;
 use crate::format::{self, Dropped, Problem};
 use crate::fsio::{self, Raw};
@@ -63,43 +65,6 @@ pub enum StoreStatus {
     ReadOnly {
         /// Why, for logs and diagnostics.
         reason: String,
-    },
-}
-
-/// A write that did not happen (or did not become durable). Callers log it and carry on.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// A file-system operation failed.
-    #[error("session store: {op} {}: {source}", path.display())]
-    Io {
-        /// The file or directory the operation was on.
-        path: PathBuf,
-        /// What was being done, e.g. "lock", "rename temp file over".
-        op: &'static str,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The document could not be serialised.
-    #[error("session store: encoding the store file: {0}")]
-    Encode(#[from] serde_json::Error),
-    /// The key or record could never be read back, so it is not written (caller bug).
-    #[error("session store: refusing to store {key:?}: {reason}")]
-    Invalid {
-        /// The key's storage form.
-        key: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// Even without any delivery ledgers the file would exceed [`MAX_STORE_BYTES`].
-    #[error("session store: {} would grow to {bytes} bytes, over the {limit}-byte cap", path.display())]
-    TooLarge {
-        /// The store file.
-        path: PathBuf,
-        /// Encoded size of the document that was not written.
-        bytes: usize,
-        /// The cap.
-        limit: usize,
     },
 }
 
