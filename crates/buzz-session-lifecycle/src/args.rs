@@ -1,8 +1,12 @@
 //! The series' command-line flags. Every flag also reads its `BUZZ_ACP_*` environment variable,
 //! like upstream's own flags. The harness flattens these into its command line.
 
+use std::path::Path;
 use std::time::Duration;
 
+use buzz_session_store::{
+    DisabledStore, KeyScheme, ReceiptStore, StoreArgs, StoreConfig, StoreError, StoreScope,
+};
 use clap::builder::BoolishValueParser;
 
 use crate::retry::RetryPolicy;
@@ -30,9 +34,41 @@ pub struct ResumeArgs {
     /// attempt count).
     #[arg(long, env = "BUZZ_ACP_RESUME_GIVE_UP_SECS", default_value_t = 180)]
     pub resume_give_up_secs: u64,
+
+    /// Where the receipts live and how many are kept.
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 impl ResumeArgs {
+    /// Opens the receipt store of agent `agent_pubkey` on relay `relay`, keyed by `scheme` (a
+    /// store that remembers nothing with `--no-resume-sessions`). An old JSON store in
+    /// `state_dir` is imported once.
+    ///
+    /// # Errors
+    /// A store URL of an unsupported kind, or a store that cannot be opened (a database that is
+    /// unreachable or newer than this harness): the harness refuses to start rather than
+    /// silently running without its sessions.
+    pub fn open_store(
+        &self,
+        relay: &str,
+        agent_pubkey: &str,
+        scheme: KeyScheme,
+        state_dir: &Path,
+    ) -> Result<Box<dyn ReceiptStore>, StoreError> {
+        let scope = StoreScope {
+            relay: relay.to_string(),
+            agent_pubkey: agent_pubkey.to_string(),
+        };
+        if self.no_resume_sessions {
+            return Ok(Box::new(DisabledStore::new(scope, scheme)));
+        }
+        let config = StoreConfig::from_args(&self.store, scope, scheme, state_dir)?;
+        let store = buzz_session_store::open(&config)?;
+        tracing::info!(backend = %store.kind(), location = %store.location(), "session receipts");
+        Ok(store)
+    }
+
     /// The retry policy these flags describe.
     pub fn retry_policy(&self) -> RetryPolicy {
         let first = Duration::from_secs(self.resume_retry_secs.max(1));

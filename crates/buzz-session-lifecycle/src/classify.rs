@@ -112,6 +112,24 @@ pub enum Verdict {
     Indeterminate,
 }
 
+impl AgentFailure {
+    /// A failure with these parts.
+    pub fn new(code: i32, message: &str, data: Option<&Value>) -> Self {
+        let (message, data) = (message.to_string(), data.cloned());
+        AgentFailure {
+            code,
+            message,
+            data,
+        }
+    }
+
+    /// Whether the answer says for sure that the session cannot be reopened (not
+    /// [`Verdict::Indeterminate`]).
+    pub fn is_definitive(&self, agent: &AgentIdentity) -> bool {
+        classify(self, agent) != Verdict::Indeterminate
+    }
+}
+
 /// Agent names claude-agent-acp has been published under.
 const CLAUDE_AGENT_NAMES: &[&str] = &[
     "@agentclientprotocol/claude-agent-acp",

@@ -8,12 +8,13 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use buzz_session_store::{KeyScheme, ScopeKey, SessionStore};
+use buzz_session_store::{CommitOutcome, KeyScheme, ReceiptStore, ScopeKey, UnixMillis};
 use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::clock::Moment;
 use crate::effect::{Effect, Persist};
+use crate::gate::RestoreMethod;
 use crate::lifecycle::{Lifecycle, LifecycleConfig, RunningRoute};
 use crate::pending::Batch;
 use crate::plan::{Plan, SessionConfig, SlotView, Target};
@@ -45,6 +46,31 @@ impl<K> Mailbox<K> {
     /// Reports that a session of `scope` was opened.
     pub fn post(&self, scope: K, opened: Opened) {
         self.lock().push((scope, opened));
+    }
+
+    /// Reports that `scope`'s stored session `session_id` was reopened with `method`.
+    pub fn restored(&self, scope: &K, session_id: &str, method: RestoreMethod)
+    where
+        K: Clone,
+    {
+        let session_id = session_id.to_string();
+        self.post(scope.clone(), Opened::Restored { session_id, method });
+    }
+
+    /// Reports that the agent answered `method` with `detail`: it no longer has `session_id`.
+    pub fn lost(&self, scope: &K, session_id: &str, method: RestoreMethod, detail: String)
+    where
+        K: Clone,
+    {
+        let session_id = session_id.to_string();
+        self.post(
+            scope.clone(),
+            Opened::Lost {
+                session_id,
+                method,
+                detail,
+            },
+        );
     }
 
     /// Reports that `session/new` created `session_id` for `scope`, with the model and permission
@@ -87,8 +113,7 @@ pub type RecordSink = Box<dyn Fn(&str, Value) + Send>;
 pub struct Driver<K, I> {
     lifecycle: Lifecycle<K, I>,
     deferred: Vec<Effect<K, I>>,
-    store: SessionStore,
-    scheme: KeyScheme,
+    store: Box<dyn ReceiptStore>,
     mailbox: Mailbox<K>,
     records: RecordSink,
     origin: Instant,
@@ -100,18 +125,17 @@ impl<K: std::fmt::Debug, I: std::fmt::Debug> std::fmt::Debug for Driver<K, I> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Driver")
             .field("lifecycle", &self.lifecycle)
-            .field("scheme", &self.scheme)
+            .field("store", &self.store)
             .finish_non_exhaustive()
     }
 }
 
 impl<K: Scope, I: Input> Driver<K, I> {
-    /// A driver over `store`, keyed by `scheme`, reading session reports from `mailbox` and
+    /// A driver over `store` (keyed by its scheme), reading session reports from `mailbox` and
     /// writing telemetry to `records`.
     pub fn new(
         config: LifecycleConfig,
-        store: SessionStore,
-        scheme: KeyScheme,
+        store: Box<dyn ReceiptStore>,
         mailbox: Mailbox<K>,
         records: RecordSink,
     ) -> Self {
@@ -119,7 +143,6 @@ impl<K: Scope, I: Input> Driver<K, I> {
             lifecycle: Lifecycle::new(config),
             deferred: Vec::new(),
             store,
-            scheme,
             mailbox,
             records,
             origin: Instant::now(),
@@ -134,8 +157,8 @@ impl<K: Scope, I: Input> Driver<K, I> {
     }
 
     /// The receipt store.
-    pub fn store(&self) -> &SessionStore {
-        &self.store
+    pub fn store(&self) -> &dyn ReceiptStore {
+        self.store.as_ref()
     }
 
     /// Now, on the lifecycle's clock (tokio's, so tests can pause it).
@@ -190,11 +213,10 @@ impl<K: Scope, I: Input> Driver<K, I> {
 
     /// See [`Lifecycle::start`]; reads the receipt when a stored session may be reopened.
     pub fn start(&mut self, scope: &K, slot: usize) -> Option<Batch<I>> {
-        let key = store_key(scope, self.scheme);
+        let key = store_key(scope, self.store.scheme());
         let store = &self.store;
-        let batch = self
-            .lifecycle
-            .start(scope, slot, &self.session, || Ok(store.get(&key)));
+        let lookup = || store.get(&key).map_err(|e| e.to_string());
+        let batch = self.lifecycle.start(scope, slot, &self.session, lookup);
         self.flush();
         batch
     }
@@ -307,16 +329,17 @@ impl<K: Scope, I: Input> Driver<K, I> {
     }
 
     fn persist(&self, persist: Persist<K>) {
+        let now = UnixMillis::now();
+        let scheme = self.store.scheme();
         match persist {
             Persist::Put { scope, record } => {
-                let key = store_key(&scope, self.scheme);
-                let session_id = record.session_id.clone();
-                match self.store.put(&key, record) {
-                    Ok(()) => {
-                        tracing::debug!(scope = %scope.label(), %session_id, "receipt written")
+                let key = store_key(&scope, scheme);
+                match self.store.put(&key, &record, now) {
+                    Ok(outcome) => {
+                        tracing::debug!(scope = %scope.label(), session_id = %record.session_id, ?outcome, "receipt written")
                     }
                     Err(e) => {
-                        tracing::warn!(scope = %scope.label(), %session_id, error = %e, "could not write the session receipt")
+                        tracing::warn!(scope = %scope.label(), session_id = %record.session_id, error = %e, "could not write the session receipt")
                     }
                 }
             }
@@ -326,22 +349,24 @@ impl<K: Scope, I: Input> Driver<K, I> {
                 standing_context_sent,
                 event_ids,
             } => {
-                let key = store_key(&scope, self.scheme);
+                let key = store_key(&scope, scheme);
                 // The stored ledger becomes exactly `event_ids`: every id is new, and the window
                 // that keeps older ones is the same set.
                 let window: HashSet<String> = event_ids.iter().cloned().collect();
-                match self.store.commit_delivery(
+                let stored = self.store.commit_delivery(
                     &key,
                     &session_id,
                     standing_context_sent,
                     &event_ids,
                     &window,
-                ) {
-                    Ok(true) => {
-                        tracing::debug!(scope = %scope.label(), %session_id, "delivery ledger committed")
+                    now,
+                );
+                match stored {
+                    Ok(CommitOutcome::Written | CommitOutcome::Unchanged) => {
+                        tracing::debug!(scope = %scope.label(), %session_id, "delivery ledger committed");
                     }
-                    Ok(false) => {
-                        tracing::info!(scope = %scope.label(), %session_id, "delivery ledger not committed: the receipt names another session")
+                    Ok(outcome) => {
+                        tracing::info!(scope = %scope.label(), %session_id, ?outcome, "delivery ledger not committed")
                     }
                     Err(e) => {
                         tracing::warn!(scope = %scope.label(), %session_id, error = %e, "could not commit the delivery ledger")
@@ -349,7 +374,7 @@ impl<K: Scope, I: Input> Driver<K, I> {
                 }
             }
             Persist::Remove { scope } => {
-                let key = store_key(&scope, self.scheme);
+                let key = store_key(&scope, scheme);
                 if let Err(e) = self.store.remove(&key) {
                     tracing::warn!(scope = %scope.label(), error = %e, "could not remove the session receipt");
                 }

@@ -111,6 +111,15 @@ pub enum Record {
         /// The method actually sent.
         method: RestoreMethod,
     },
+    /// The agent no longer has a stored session; a new one replaces it.
+    SessionLost {
+        /// Scope label.
+        scope: String,
+        /// The stored session.
+        session_id: String,
+        /// The method that was sent.
+        method: RestoreMethod,
+    },
     /// A follow-up waits for its resident's busy worker instead of going cold elsewhere.
     CapacityWait {
         /// Scope label.

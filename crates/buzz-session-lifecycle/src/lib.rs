@@ -49,7 +49,8 @@ pub use gate::{AgentCaps, RestoreMethod, restore_method};
 pub use lifecycle::{Lifecycle, LifecycleConfig, RunningRoute};
 pub use pending::{Batch, Seq};
 pub use plan::{
-    ColdReason, Plan, SessionConfig, SlotView, Target, Via, ViaKind, fingerprint_of, scope_meta,
+    ColdReason, Plan, SessionConfig, SlotView, Target, Via, ViaKind, fingerprint_of,
+    restore_params, scope_meta,
 };
 pub use report::{Delivered, Opened, TurnOutcome, TurnReport};
 pub use residents::{DisposeReason, Resident};

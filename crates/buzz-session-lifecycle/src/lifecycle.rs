@@ -456,13 +456,33 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
 
     /// A turn task opened `scope`'s session.
     pub fn opened(&mut self, scope: &K, opened: Opened) {
-        if let Opened::Restored { session_id, method } = &opened {
-            let record = Record::SessionRestored {
-                scope: scope.label(),
-                session_id: session_id.clone(),
-                method: *method,
-            };
-            self.record(record);
+        match &opened {
+            Opened::Restored { session_id, method } => {
+                let record = Record::SessionRestored {
+                    scope: scope.label(),
+                    session_id: session_id.clone(),
+                    method: *method,
+                };
+                self.record(record);
+            }
+            Opened::Lost {
+                session_id,
+                method,
+                detail,
+            } => {
+                let record = Record::SessionLost {
+                    scope: scope.label(),
+                    session_id: session_id.clone(),
+                    method: *method,
+                };
+                self.record(record);
+                let trigger = self.scopes.get(scope).and_then(|s| s.running.as_ref());
+                if let Some((_, trigger)) = trigger.and_then(|r| r.inputs.last()).cloned() {
+                    self.notice(scope, trigger, notice::restore_lost(detail));
+                }
+                return;
+            }
+            Opened::Created { .. } => {}
         }
         let resume = self.config.resume;
         let state = self.state(scope);

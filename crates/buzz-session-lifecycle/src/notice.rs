@@ -35,6 +35,15 @@ pub fn restore_retrying(detail: &str, give_up_after: Duration, owner_configured:
     text
 }
 
+/// The agent answered that it no longer has the thread's session.
+pub fn restore_lost(detail: &str) -> String {
+    format!(
+        "This thread's earlier session is gone on the agent's side{}, so I am continuing in a \
+         new session that has only the recent messages.",
+        quoted(detail)
+    )
+}
+
 /// The harness gave up: the answer comes from a new session.
 pub fn restore_abandoned(detail: &str) -> String {
     format!(

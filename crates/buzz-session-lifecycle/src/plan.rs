@@ -99,6 +99,22 @@ impl Plan {
     }
 }
 
+/// The params of a `session/load` or `session/resume` (the same shape): the stored session, the
+/// working directory, the MCP servers (as sent with `session/new`) and the scope's `_meta`.
+pub fn restore_params(
+    session_id: &str,
+    cwd: &std::path::Path,
+    mcp_servers: Value,
+    scope: &impl Scope,
+) -> Value {
+    serde_json::json!({
+        "sessionId": session_id,
+        "cwd": cwd,
+        "mcpServers": mcp_servers,
+        "_meta": scope_meta(scope),
+    })
+}
+
 /// The `_meta` naming a scope, sent with `session/new`, `session/load` and `session/resume`:
 /// `channelId` always, `threadRootEventId` for thread scopes.
 pub fn scope_meta(scope: &impl Scope) -> Map<String, Value> {
@@ -202,6 +218,21 @@ mod tests {
 
     use super::*;
     use crate::testing::TestScope;
+
+    #[test]
+    fn restore_params_have_the_shape_of_both_restore_requests() {
+        let params = restore_params(
+            "s1",
+            std::path::Path::new("/srv"),
+            json!([]),
+            &TestScope::thread("c1", "r1"),
+        );
+        assert_eq!(
+            params,
+            json!({"sessionId": "s1", "cwd": "/srv", "mcpServers": [],
+                   "_meta": {"channelId": "c1", "threadRootEventId": "r1"}})
+        );
+    }
 
     #[test]
     fn meta_names_the_scope_and_asks_for_a_fresh_session_only_when_planned() {

@@ -25,13 +25,25 @@ pub enum Opened {
         /// The method that was actually sent.
         method: RestoreMethod,
     },
+    /// The agent answered that it no longer has the stored session (or cannot reopen sessions
+    /// at all): the turn opens a new one, and the thread is told its earlier context is gone.
+    Lost {
+        /// The stored session.
+        session_id: String,
+        /// The method that was sent.
+        method: RestoreMethod,
+        /// What the agent said.
+        detail: String,
+    },
 }
 
 impl Opened {
     /// The session id.
     pub fn session_id(&self) -> &str {
         match self {
-            Opened::Created { session_id, .. } | Opened::Restored { session_id, .. } => session_id,
+            Opened::Created { session_id, .. }
+            | Opened::Restored { session_id, .. }
+            | Opened::Lost { session_id, .. } => session_id,
         }
     }
 }

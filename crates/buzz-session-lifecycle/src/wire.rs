@@ -15,6 +15,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use serde_json::Value;
 
+use crate::classify::AgentIdentity;
 use crate::gate::AgentCaps;
 
 #[derive(Debug, Default)]
@@ -32,15 +33,6 @@ struct Watch {
 #[derive(Debug, Default)]
 pub struct WireWatch {
     state: Mutex<Watch>,
-}
-
-/// The agent's identity as it announced itself at `initialize` (`agentInfo`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AgentIdentity {
-    /// `agentInfo.name`.
-    pub name: Option<String>,
-    /// `agentInfo.version`.
-    pub version: Option<String>,
 }
 
 impl WireWatch {
@@ -107,10 +99,16 @@ impl WireWatch {
             .map(AgentCaps::from_initialize)
     }
 
-    /// `agentInfo` from the raw `initialize` answer.
+    /// Who the agent said it is at `initialize`: `agentInfo` (v1) or `info` (the v2 draft).
     pub fn identity(&self) -> AgentIdentity {
         let watch = self.lock();
-        let info = watch.init_result.as_ref().map(|r| &r["agentInfo"]);
+        let info = watch
+            .init_result
+            .as_ref()
+            .map(|r| match r.get("agentInfo") {
+                Some(info) => info,
+                None => &r["info"],
+            });
         let field = |name: &str| info.and_then(|i| i[name].as_str()).map(str::to_string);
         AgentIdentity {
             name: field("name"),
@@ -176,7 +174,7 @@ mod tests {
             true,
         );
         w.hide(
-            r#"{"jsonrpc":"2.0","id":"i","result":{"protocolVersion":2,"capabilities":{"session":{"load":{},"close":{}}},"agentInfo":{"name":"opencode","version":"1.18.33"}}}"#,
+            r#"{"jsonrpc":"2.0","id":"i","result":{"protocolVersion":2,"capabilities":{"session":{"load":{},"close":{}}},"info":{"name":"opencode","version":"1.18.33"}}}"#,
             false,
         );
         let caps = w.caps().unwrap();

@@ -713,3 +713,39 @@ fn steered_input_is_never_lost_whether_or_not_the_turn_absorbed_it() {
     l.end_of_inbox();
     assert_eq!(start(&mut l, &a(), 0), ["a2", "a3", "a4"]);
 }
+
+#[test]
+fn a_lost_session_is_told_to_the_thread_and_replaced_by_the_new_one() {
+    let mut l = lifecycle(0);
+    admit(&mut l, &a(), &["a1", "a2"]);
+    l.start(&a(), 0, &cfg(), || Ok(Some(receipt("s1"))))
+        .unwrap();
+    l.opened(
+        &a(),
+        Opened::Lost {
+            session_id: "s1".into(),
+            method: RestoreMethod::Resume,
+            detail: "agent error -32002: Resource not found".into(),
+        },
+    );
+    l.opened(&a(), created("s2"));
+    let effects = l.take_effects();
+    let n = notices(&effects);
+    assert_eq!(n.len(), 1);
+    assert_eq!(
+        n[0].0, "a2",
+        "the notice answers the newest message of the turn"
+    );
+    assert!(n[0].1.contains("-32002"), "{}", n[0].1);
+    assert!(effects.iter().any(|e| matches!(
+        e,
+        Effect::Record(Record::SessionLost {
+            method: RestoreMethod::Resume,
+            ..
+        })
+    )));
+    assert!(
+        matches!(&l.take_persists()[..], [Persist::Put { record, .. }] if record.session_id == "s2"),
+        "the new session's receipt replaces the lost one"
+    );
+}
