@@ -18,7 +18,9 @@ fn after_a_restart_the_first_prompt_holds_only_the_new_events() {
     run_once(&s, &[], &[]);
     let r2 = s.reply_to(&q2.id).unwrap();
 
-    let chatter = s.post_chatter(&root, &r2, "fyi: freeze is on friday").unwrap();
+    let chatter = s
+        .post_chatter(&root, &r2, "fyi: freeze is on friday")
+        .unwrap();
     let q3 = s.post_reply(&root, &chatter, "step two?").unwrap();
     run_once(&s, &[], &[]);
     let r3 = s.reply_to(&q3.id).unwrap();
@@ -27,11 +29,18 @@ fn after_a_restart_the_first_prompt_holds_only_the_new_events() {
     assert_eq!(count_method(&frames, "session/load"), 2);
     assert_eq!(count_method(&frames, "session/new"), 1);
     let p = prompts(&frames);
-    assert_eq!(context_entries(&p[1]), 0, "everything before q2 was delivered");
+    assert_eq!(
+        context_entries(&p[1]),
+        0,
+        "everything before q2 was delivered"
+    );
     assert!(p[1].contains("already delivered to this session"));
     assert_eq!(context_entries(&p[2]), 1, "only the chatter is new");
     assert!(p[2].contains("freeze is on friday"));
-    assert!(!p[2].contains("Plan the release"), "the root is not re-sent");
+    assert!(
+        !p[2].contains("Plan the release"),
+        "the root is not re-sent"
+    );
     assert_eq!(turns(&r3), 3);
     insta::assert_json_snapshot!("restart_delta_wire_log", wire_view(&s));
 }
@@ -43,8 +52,10 @@ fn after_an_idle_pool_sleep_the_reloaded_session_gets_only_the_delta() {
     let running = start(&s, &[], &["--lazy-pool", "--idle-pool-sleep", "1"]);
     let root = s.post_top("a thread").unwrap();
     let r1 = s.wait_for_reply(&root.id, WAIT).unwrap();
-    wait_until(WAIT, || (!s.observer_records("pool_sleep").is_empty()).then_some(()))
-        .expect("the pool sleeps");
+    wait_until(WAIT, || {
+        (!s.observer_records("pool_sleep").is_empty()).then_some(())
+    })
+    .expect("the pool sleeps");
     let q = s.post_reply(&root, &r1, "after the sleep").unwrap();
     let r2 = s.wait_for_reply(&q.id, WAIT).unwrap();
     running.stop().unwrap();
@@ -70,11 +81,19 @@ fn a_fresh_session_after_a_failed_load_gets_the_whole_window_and_a_new_ledger() 
 
     let frames = wire(&s);
     let p = prompts(&frames);
-    assert_eq!(context_entries(&p[1]), 2, "root and first reply, as upstream");
-    let store = store_json(&s).unwrap();
-    let record = store["sessions"].as_object().unwrap().values().next().unwrap().clone();
-    let ids: Vec<String> = serde_json::from_value(record["delivery"]["deliveredEventIds"].clone())
+    assert_eq!(
+        context_entries(&p[1]),
+        2,
+        "root and first reply, as upstream"
+    );
+    let stored = receipts(&s);
+    assert_eq!(stored.len(), 1);
+    let ledger = stored[0]
+        .record
+        .delivery
+        .clone()
         .expect("the ledger is persisted");
+    let ids = ledger.delivered_event_ids;
     let mut expected = vec![root.id.clone(), r1.id.clone(), q.id.clone(), r2.id.clone()];
     expected.sort();
     assert_eq!(ids, expected, "context, trigger and the agent's reply");
@@ -89,15 +108,21 @@ fn the_persisted_ledger_stays_bounded_in_long_threads() {
     let root = s.post_top("a long thread").unwrap();
     let mut parent = root.clone();
     for i in 0..30 {
-        parent = s.post_chatter(&root, &parent, &format!("message {i}")).unwrap();
+        parent = s
+            .post_chatter(&root, &parent, &format!("message {i}"))
+            .unwrap();
     }
     let q = s.post_reply(&root, &parent, "summarise").unwrap();
     run_once(&s, &[], &["--context-message-limit", "5"]);
     assert!(s.reply_to(&q.id).is_some());
 
-    let store = store_json(&s).unwrap();
-    let record = store["sessions"].as_object().unwrap().values().next().unwrap().clone();
-    let ids = record["delivery"]["deliveredEventIds"].as_array().unwrap().len();
+    let stored = receipts(&s);
+    let ledger = stored[0]
+        .record
+        .delivery
+        .clone()
+        .expect("the ledger is persisted");
+    let ids = ledger.delivered_event_ids.len();
     // root + 5 replies of the window + the two triggers + the reply, at most.
     assert!(ids <= 9, "{ids} ids stored for a window of 5");
     assert!(ids >= 7);

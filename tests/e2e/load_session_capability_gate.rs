@@ -29,7 +29,11 @@ fn without_load_session_no_session_load_is_ever_sent() {
     assert_eq!(count_method(&frames, "session/load"), 0);
     assert_eq!(count_method(&frames, "session/new"), 2);
     assert_eq!(turns(&r2), 1);
-    assert_eq!(context_entries(&prompts(&frames)[1]), 2, "the whole window, as upstream");
+    assert_eq!(
+        context_entries(&prompts(&frames)[1]),
+        2,
+        "the whole window, as upstream"
+    );
     let second = stored_sessions(&s);
     assert_eq!(second.len(), 1);
     assert_ne!(second, first, "the new session replaced the receipt");
@@ -99,4 +103,45 @@ fn rotation_inside_a_turn_closes_when_advertised() {
     let closes = requests_of(&frames, "session/close");
     assert_eq!(closes.len(), 1);
     assert_eq!(closes[0].params["sessionId"], created[0].as_str());
+}
+
+/// The ACP v2 draft advertises the session methods under `capabilities.session.*` (and the
+/// identity under `info`): the gate reads that layout as well as v1's.
+#[test]
+fn both_capability_layouts_are_read() {
+    // (layout flag, extra agent flags, method expected after the restart)
+    let cases: [(&str, &[&str], Option<&str>); 4] = [
+        ("v2", &[], Some("session/load")),
+        ("v2", &["--session-resume"], Some("session/resume")),
+        ("v2", &["--no-load-session"], None),
+        ("v1", &["--session-resume"], Some("session/resume")),
+    ];
+    for (layout, flags, expected) in cases {
+        let mut agent_args = vec!["--capabilities-layout", layout];
+        agent_args.extend_from_slice(flags);
+        let (_dir, mut s) = scenario();
+        let root = s.post_top("one").unwrap();
+        run_once(&s, &agent_args, &[]);
+        let r1 = s.reply_to(&root.id).unwrap();
+        let q = s.post_reply(&root, &r1, "two").unwrap();
+        run_once(&s, &agent_args, &[]);
+        let r2 = s.reply_to(&q.id).unwrap();
+        let frames = wire(&s);
+        let restores =
+            count_method(&frames, "session/load") + count_method(&frames, "session/resume");
+        match expected {
+            Some(method) => {
+                assert_eq!(count_method(&frames, method), 1, "{layout} {flags:?}");
+                assert_eq!(restores, 1, "{layout} {flags:?}");
+                assert_eq!(turns(&r2), 2, "{layout} {flags:?}: the session came back");
+            }
+            None => {
+                assert_eq!(
+                    restores, 0,
+                    "{layout} {flags:?}: nothing not advertised is sent"
+                );
+                assert_eq!(turns(&r2), 1, "{layout} {flags:?}");
+            }
+        }
+    }
 }

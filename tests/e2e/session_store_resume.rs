@@ -20,12 +20,18 @@ fn restart_resumes_the_stored_session() {
     let first = session_order(&wire(&s));
     assert_eq!(first.len(), 1);
 
-    let q = s.post_reply(&root, &r1, "What did I ask you to remember?").unwrap();
+    let q = s
+        .post_reply(&root, &r1, "What did I ask you to remember?")
+        .unwrap();
     run_once(&s, &[], &[]);
     let r2 = s.reply_to(&q.id).expect("reply after restart");
 
     let frames = wire(&s);
-    assert_eq!(count_method(&frames, "session/new"), 1, "no second session/new");
+    assert_eq!(
+        count_method(&frames, "session/new"),
+        1,
+        "no second session/new"
+    );
     let loads = requests_of(&frames, "session/load");
     assert_eq!(loads.len(), 1);
     assert_eq!(loads[0].params["sessionId"], first[0].as_str());
@@ -55,7 +61,11 @@ fn session_gone_falls_back_to_session_new_and_replaces_the_receipt() {
     assert_eq!(turns(&r2), 1);
     let after = stored_sessions(&s);
     assert_eq!(after.len(), 1);
-    assert_ne!(after.values().next(), before.values().next(), "receipt replaced");
+    assert_ne!(
+        after.values().next(),
+        before.values().next(),
+        "receipt replaced"
+    );
 }
 
 /// An indeterminate failure (here: authentication required, -32000) keeps the
@@ -74,10 +84,14 @@ fn indeterminate_load_failure_keeps_the_receipt_and_retries_later() {
     let running = start(&s, &["--load-error", "-32000"], &[]);
     let notice = s.wait_for_reply(&q.id, WAIT).expect("an actionable notice");
     running.stop().unwrap();
-    assert!(notice.content.contains("retry"), "{}", notice.content);
+    assert!(notice.content.contains("keep trying"), "{}", notice.content);
     assert_eq!(reply_turns(&notice), None, "a notice, not an answer");
     let frames = wire(&s);
-    assert_eq!(count_method(&frames, "session/new"), 1, "no competing session");
+    assert_eq!(
+        count_method(&frames, "session/new"),
+        1,
+        "no competing session"
+    );
     assert_eq!(stored_sessions(&s), receipt, "receipt kept");
 
     // The agent can load again: the event is answered, not lost.
@@ -129,7 +143,10 @@ fn rotate_forgets_the_receipt_and_requests_a_fresh_session_once() {
     assert_eq!(stored_sessions(&s).len(), 1);
     let rot = s.post_reply_as(OWNER, &root, &r1, "!rotate").unwrap();
     s.wait_for_reply(&rot.id, WAIT).expect("rotate notice");
-    assert!(stored_sessions(&s).is_empty(), "receipt removed with the session");
+    assert!(
+        stored_sessions(&s).is_empty(),
+        "receipt removed with the session"
+    );
     let q2 = s.post_reply(&root, &r1, "again").unwrap();
     let r2 = s.wait_for_reply(&q2.id, WAIT).unwrap();
     let q3 = s.post_reply(&root, &r2, "and again").unwrap();
@@ -145,7 +162,11 @@ fn rotate_forgets_the_receipt_and_requests_a_fresh_session_once() {
     assert_eq!(news[1]["freshSession"], true);
     assert_eq!(news[0]["channelId"], buzz_acp::testing::GENERAL);
     assert_eq!(turns(&r2), 1);
-    assert_eq!(stored_sessions(&s).len(), 1, "the new session has a receipt");
+    assert_eq!(
+        stored_sessions(&s).len(),
+        1,
+        "the new session has a receipt"
+    );
 }
 
 /// Proactive rotation (`--max-turns-per-session`) abandons the session: the
@@ -157,11 +178,18 @@ fn max_turn_rotation_forgets_the_receipt() {
     let running = start(&s, &[], &["--max-turns-per-session", "2"]);
     let root = s.post_top("one").unwrap();
     let r1 = s.wait_for_reply(&root.id, WAIT).unwrap();
-    assert_eq!(stored_sessions(&s).len(), 1, "receipt written at session/new");
+    assert_eq!(
+        stored_sessions(&s).len(),
+        1,
+        "receipt written at session/new"
+    );
     let q2 = s.post_reply(&root, &r1, "two").unwrap();
     let r2 = s.wait_for_reply(&q2.id, WAIT).unwrap();
     running.stop().unwrap();
-    assert!(stored_sessions(&s).is_empty(), "rotation removed the receipt");
+    assert!(
+        stored_sessions(&s).is_empty(),
+        "rotation removed the receipt"
+    );
 
     let q3 = s.post_reply(&root, &r2, "three").unwrap();
     run_once(&s, &[], &["--max-turns-per-session", "2"]);
@@ -176,7 +204,12 @@ fn max_turn_rotation_forgets_the_receipt() {
 #[test]
 fn agent_death_keeps_the_receipt_and_the_respawn_loads_it() {
     let (_dir, mut s) = scenario();
-    let agent_args = ["--exit-on-method", "session/prompt", "--exit-on-request", "2"];
+    let agent_args = [
+        "--exit-on-method",
+        "session/prompt",
+        "--exit-on-request",
+        "2",
+    ];
     let running = start(&s, &agent_args, &[]);
     let root = s.post_top("remember alpha-7301").unwrap();
     let r1 = s.wait_for_reply(&root.id, WAIT).unwrap();
@@ -202,7 +235,7 @@ fn no_resume_sessions_restores_upstream_behaviour() {
     assert_eq!(count_method(&frames, "session/load"), 0);
     assert_eq!(count_method(&frames, "session/new"), 2);
     assert_eq!(turns(&s.reply_to(&q.id).unwrap()), 1);
-    assert!(store_json(&s).is_none(), "nothing is written");
+    assert!(!store_path(&s).exists(), "nothing is written");
 }
 
 /// A loaded session gets no zero-usage baseline and no initial message.
@@ -218,12 +251,100 @@ fn loaded_sessions_get_no_initial_message_and_no_usage_baseline() {
     assert!(s.reply_to(&q.id).is_some());
 
     let p = prompts(&wire(&s));
-    let initial = p.iter().filter(|t| t.as_str() == "Read the repo first.").count();
-    assert_eq!(initial, 1, "only the created session got the initial message");
+    let initial = p
+        .iter()
+        .filter(|t| t.as_str() == "Read the repo first.")
+        .count();
+    assert_eq!(
+        initial, 1,
+        "only the created session got the initial message"
+    );
     let usage: Vec<bool> = s
         .observer_records("turn_usage")
         .iter()
         .map(|r| r["deltaReliable"].as_bool().unwrap_or(false))
         .collect();
     assert_eq!(usage, vec![true, false]);
+}
+
+/// The agent no longer has the stored session and says so the way each real adapter does
+/// (codex-acp and claude-agent-acp: -32002; opencode: -32603 "OpenCode service failure" with
+/// `data.service` "session"; cursor-agent style: -32602 "Session not found"). Each answer is
+/// definitive: the thread is told its earlier context is gone, answered from one new session
+/// with the whole window, the receipt replaced, and `--once` ends.
+#[test]
+fn a_lost_session_is_answered_from_a_new_session_with_a_notice() {
+    let cursor = r#"{"code":-32602,"message":"Invalid params","data":"Session not found"}"#;
+    let adapters: [(&str, &[&str]); 4] = [
+        (
+            "codex-acp",
+            &[
+                "--missing-session",
+                "codex-acp",
+                "--agent-name",
+                "codex-acp",
+            ],
+        ),
+        ("claude", &["--missing-session", "claude-agent-acp"]),
+        (
+            "opencode",
+            &["--missing-session", "opencode", "--agent-name", "OpenCode"],
+        ),
+        ("cursor", &["--missing-session", cursor]),
+    ];
+    for (adapter, agent_args) in adapters {
+        let (_dir, mut s) = scenario();
+        let root = s.post_top("remember alpha-7301").unwrap();
+        run_once(&s, agent_args, &[]);
+        let r1 = s.reply_to(&root.id).unwrap();
+        let lost = stored_sessions(&s).into_values().next().unwrap();
+        // The agent loses its storage.
+        std::fs::remove_dir_all(s.agent_state_dir.join("sessions")).unwrap();
+
+        let q = s.post_reply(&root, &r1, "what did I say?").unwrap();
+        run_once(&s, agent_args, &[]);
+        let to_q: Vec<String> = s
+            .replies()
+            .into_iter()
+            .filter(|r| r.thread_refs().reply.as_deref() == Some(q.id.as_str()))
+            .map(|r| r.content)
+            .collect();
+        assert_eq!(
+            to_q.len(),
+            2,
+            "{adapter}: a notice and the answer: {to_q:?}"
+        );
+        let notice = to_q
+            .iter()
+            .find(|t| t.contains("gone"))
+            .expect("the notice");
+        assert!(notice.contains("new session"), "{adapter}: {notice}");
+        let answer = to_q
+            .iter()
+            .find(|t| t.starts_with("turns="))
+            .expect("the answer");
+        assert!(
+            answer.starts_with("turns=1 "),
+            "{adapter}: a new session: {answer}"
+        );
+        assert!(
+            answer.contains("alpha-7301"),
+            "{adapter}: the whole window: {answer}"
+        );
+        let frames = wire(&s);
+        assert_eq!(
+            requests_of(&frames, "session/load").len(),
+            1,
+            "{adapter}: one attempt"
+        );
+        assert_eq!(count_method(&frames, "session/new"), 2, "{adapter}");
+        let now = stored_sessions(&s).into_values().next().unwrap();
+        assert_ne!(now, lost, "{adapter}: the receipt names the new session");
+        let records = s.observer_records("session_lost");
+        assert_eq!(records.len(), 1, "{adapter}");
+        assert_eq!(
+            records[0]["method"], "session/load",
+            "{adapter}: the method sent"
+        );
+    }
 }

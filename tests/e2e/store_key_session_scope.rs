@@ -2,8 +2,9 @@
 //! `SessionScope` — `Conversation{channel}` or `Thread{channel, root}` — so
 //! every thread of a channel comes back to its own session.
 
+use buzz_acp::testing::GENERAL;
 use buzz_acp_fork_tests::*;
-use serde_json::Value;
+use serde_json::json;
 
 /// Two threads of one channel, a restart, a follow-up in each: each thread
 /// loads its own session and no session is created.
@@ -23,7 +24,11 @@ fn each_thread_of_a_channel_resumes_its_own_session() {
     let (ra2, rb2) = (s.reply_to(&qa.id).unwrap(), s.reply_to(&qb.id).unwrap());
 
     let frames = wire(&s);
-    assert_eq!(count_method(&frames, "session/new"), 2, "nothing new after the restart");
+    assert_eq!(
+        count_method(&frames, "session/new"),
+        2,
+        "nothing new after the restart"
+    );
     assert_eq!(count_method(&frames, "session/load"), 2);
     assert_eq!((turns(&ra2), turns(&rb2)), (2, 2));
     assert!(ra2.content.contains("alpha-1111") && !ra2.content.contains("bravo-2222"));
@@ -41,8 +46,10 @@ fn after_an_idle_pool_sleep_each_thread_loads_its_own_session() {
     let ra = s.wait_for_reply(&a.id, WAIT).unwrap();
     let b = s.post_top("thread B").unwrap();
     let rb = s.wait_for_reply(&b.id, WAIT).unwrap();
-    wait_until(WAIT, || (!s.observer_records("pool_sleep").is_empty()).then_some(()))
-        .expect("the pool sleeps");
+    wait_until(WAIT, || {
+        (!s.observer_records("pool_sleep").is_empty()).then_some(())
+    })
+    .expect("the pool sleeps");
     let receipts = stored_sessions(&s);
     let qa = s.post_reply(&a, &ra, "A after the sleep").unwrap();
     let ra2 = s.wait_for_reply(&qa.id, WAIT).unwrap();
@@ -51,13 +58,20 @@ fn after_an_idle_pool_sleep_each_thread_loads_its_own_session() {
     running.stop().unwrap();
 
     let frames = wire(&s);
-    assert_eq!(count_method(&frames, "session/new"), 2, "only before the sleep");
+    assert_eq!(
+        count_method(&frames, "session/new"),
+        2,
+        "only before the sleep"
+    );
     let loaded: Vec<String> = requests_of(&frames, "session/load")
         .iter()
         .map(|f| f.params["sessionId"].as_str().unwrap().to_string())
         .collect();
     let key = |root: &str| format!("{}/{root}", buzz_acp::testing::GENERAL);
-    assert_eq!(loaded, vec![receipts[&key(&a.id)].clone(), receipts[&key(&b.id)].clone()]);
+    assert_eq!(
+        loaded,
+        vec![receipts[&key(&a.id)].clone(), receipts[&key(&b.id)].clone()]
+    );
     assert_eq!((turns(&ra2), turns(&rb2)), (2, 2));
     insta::assert_json_snapshot!("idle_sleep_two_threads_wire_log", wire_shape(&s));
 }
@@ -76,7 +90,10 @@ fn rotating_one_thread_leaves_its_siblings_intact() {
     running.stop().unwrap();
 
     let keys: Vec<String> = stored_sessions(&s).into_keys().collect();
-    assert_eq!(keys, vec![format!("{}/{}", buzz_acp::testing::GENERAL, b.id)]);
+    assert_eq!(
+        keys,
+        vec![format!("{}/{}", buzz_acp::testing::GENERAL, b.id)]
+    );
 }
 
 /// Removing the agent from a channel forgets every receipt of that channel
@@ -107,32 +124,41 @@ fn removal_from_a_channel_forgets_every_thread_of_it() {
     assert_eq!(keys, vec![buzz_acp::testing::DIRECT.to_string()]);
 }
 
-/// Receipts written by `session-store-resume` (version 1, keyed by channel)
-/// are read as conversation scopes: kept, resumable, and migrated to version 2
-/// beside the new per-thread receipts.
+/// Receipts keyed by channel — written by `session-store-resume` alone, or in the JSON file of
+/// the older store (format 1) — are read as conversation scopes: the JSON file is imported on
+/// first open and kept as a backup, its conversation receipt keeps resuming, and each thread gets
+/// its own receipt beside it.
 #[test]
 fn channel_keyed_receipts_migrate_as_conversation_scopes() {
     let (_dir, mut s) = scenario();
     let first = s.post_top("channel-wide: remember alpha-7301").unwrap();
     run_once(&s, &[], &["--session-policy", "channel"]);
     let r1 = s.reply_to(&first.id).unwrap();
-    let conversation = stored_sessions(&s)[buzz_acp::testing::GENERAL].clone();
+    let conversation = stored_sessions(&s)[GENERAL].clone();
 
-    // Rewrite the receipt file the way the previous patch wrote it.
-    let mut v1 = store_json(&s).unwrap();
-    v1["version"] = Value::from(1);
-    std::fs::write(store_path(&s), serde_json::to_string_pretty(&v1).unwrap()).unwrap();
+    // Leave only the JSON file of the older store (format 1, keyed by channel).
+    std::fs::remove_file(store_path(&s)).unwrap();
+    let receipt = json!({"sessionId": conversation, "model": null,
+        "permissionMode": "bypassPermissions", "requestedModel": null,
+        "requestedPermissionMode": "bypassPermissions"});
+    let v1 = json!({"version": 1, "scope": {"relay": relay_identity(&s), "agentPubkey": AGENT},
+        "sessions": {GENERAL: receipt}});
+    let legacy = s.state_dir.join(format!("sessions-{AGENT}.json"));
+    std::fs::write(&legacy, serde_json::to_string_pretty(&v1).unwrap()).unwrap();
 
-    // A thread under the thread policy gets its own receipt; the migrated
-    // conversation receipt stays.
+    // A thread under the thread policy gets its own receipt; the imported conversation receipt
+    // stays.
     let t = s.post_top("a new thread").unwrap();
     run_once(&s, &[], &[]);
     assert_eq!(turns(&s.reply_to(&t.id).unwrap()), 1);
-    let store = store_json(&s).unwrap();
-    assert_eq!(store["version"], 2, "migrated on the first write");
+    assert!(!legacy.exists(), "imported once");
+    assert!(
+        legacy.with_extension("json.migrated").exists(),
+        "and kept as a backup"
+    );
     let receipts = stored_sessions(&s);
     assert_eq!(receipts.len(), 2);
-    assert_eq!(receipts[buzz_acp::testing::GENERAL], conversation);
+    assert_eq!(receipts[GENERAL], conversation);
 
     // The conversation still resumes its own session.
     let q = s.post_reply(&first, &r1, "what did I say?").unwrap();

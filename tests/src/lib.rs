@@ -8,15 +8,20 @@
 //! with or without any patch: that is what lets `scripts/fork verify
 //! --mutation` prove each guard fails when its patch is missing.
 
+pub mod inproc;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use acp_test_agent::harness::{WireFrame, count_method, prompt_texts, read_wire_log, requests_of};
+pub use acp_test_agent::harness::{
+    WireFrame, count_method, prompt_texts, read_wire_log, requests_of,
+};
 use buzz_acp::relay::Event;
 pub use buzz_acp::testing::{
     AGENT, OWNER, Running, Scenario, USER, context_entries, reply_turns, wait_until,
 };
+use buzz_session_store::{KeyScheme, ReceiptStore, SqliteStore, StoreScope, StoredReceipt};
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -125,52 +130,59 @@ pub fn wire_shape(s: &Scenario) -> Value {
     view
 }
 
-/// The durable session store file of the scenario's agent.
+/// The embedded receipt store (SQLite) of the scenario's harness.
 pub fn store_path(s: &Scenario) -> PathBuf {
-    s.state_dir.join(format!("sessions-{AGENT}.json"))
+    s.state_dir.join("sessions.sqlite3")
 }
 
-/// The store file as JSON (`None` when it does not exist).
-pub fn store_json(s: &Scenario) -> Option<Value> {
-    let raw = std::fs::read_to_string(store_path(s)).ok()?;
-    Some(serde_json::from_str(&raw).expect("store file is JSON"))
+/// The relay identity the harness keys its receipts by.
+pub fn relay_identity(s: &Scenario) -> String {
+    buzz_acp::relay::FileRelay::open(&s.relay_dir)
+        .map(|r| buzz_acp::relay::Relay::identity(&r).to_string())
+        .expect("relay")
+}
+
+/// Every receipt of the scenario's agent, sorted by key (empty before the store exists).
+pub fn receipts(s: &Scenario) -> Vec<StoredReceipt> {
+    if !store_path(s).exists() {
+        return Vec::new();
+    }
+    let scope = StoreScope {
+        relay: relay_identity(s),
+        agent_pubkey: AGENT.to_string(),
+    };
+    let store = SqliteStore::open(&store_path(s), scope, KeyScheme::Scope, 1_000).expect("store");
+    store.receipts().expect("receipts")
 }
 
 /// Session ids recorded in the store, by storage key.
 pub fn stored_sessions(s: &Scenario) -> HashMap<String, String> {
-    store_json(s)
-        .and_then(|v| v.get("sessions").cloned())
-        .and_then(|v| v.as_object().cloned())
-        .unwrap_or_default()
+    receipts(s)
         .into_iter()
-        .filter_map(|(k, v)| Some((k, v.get("sessionId")?.as_str()?.to_string())))
+        .map(|r| (r.key.to_storage_key(), r.record.session_id))
         .collect()
 }
 
-/// The snapshot view of the store file: session ids numbered like the wire
-/// view, the relay path replaced by `<relay>`.
+/// The snapshot view of the store: every receipt of the scenario's relay and agent key, by
+/// storage key, session ids numbered like the wire view, no timestamps.
 pub fn store_view(s: &Scenario) -> Value {
-    let Some(store) = store_json(s) else {
-        return Value::Null;
-    };
     let order = session_order(&wire(s));
-    let relay = std::fs::canonicalize(&s.relay_dir)
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
-    let mut text = store.to_string();
+    let mut sessions = serde_json::Map::new();
+    for r in receipts(s) {
+        let record = serde_json::to_value(&r.record).expect("record is JSON");
+        sessions.insert(r.key.to_storage_key(), record);
+    }
+    let mut text = Value::Object(sessions).to_string();
     for (i, id) in order.iter().enumerate() {
         text = text.replace(id, &format!("session-{}", i + 1));
     }
-    if !relay.is_empty() {
-        text = text.replace(&relay, "<relay>");
-    }
-    serde_json::from_str(&text).expect("normalized store is JSON")
+    let sessions: Value = serde_json::from_str(&text).expect("normalized store is JSON");
+    serde_json::json!({ "sessions": sessions })
 }
 
-/// The receipts of the store file without the parts later patches extend:
-/// the file's scope and, per receipt (sorted by session), the session id and
-/// the applied and requested model and permission mode. No format version,
-/// storage keys or delivery ledger.
+/// The receipts without the parts later patches extend: per receipt (sorted by session), the
+/// session id and the applied and requested model and permission mode. No storage keys and no
+/// delivery ledger.
 pub fn receipt_view(s: &Scenario) -> Value {
     let store = store_view(s);
     let mut receipts: Vec<Value> = store["sessions"]
@@ -183,7 +195,7 @@ pub fn receipt_view(s: &Scenario) -> Value {
         }
     }
     receipts.sort_by_key(|r| r["sessionId"].as_str().unwrap_or_default().to_string());
-    serde_json::json!({ "scope": store["scope"], "receipts": receipts })
+    serde_json::json!({ "receipts": receipts })
 }
 
 /// Observer `acp_read` frames that are `session/update` notifications of the

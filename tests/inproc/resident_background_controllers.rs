@@ -1,0 +1,201 @@
+//! Guards of patch `resident-background-controllers` that depend on timing, run on tokio's
+//! paused clock: the harness and its agents live in this process, so a 30-second turn or a
+//! 20-second idle sleep passes instantly and always in the same order.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use buzz_acp_fork_tests::inproc::{reply, start, wait_for};
+use buzz_acp_fork_tests::*;
+
+const WITHIN: Duration = Duration::from_secs(600);
+
+fn label(root: &buzz_acp::relay::Event) -> String {
+    format!("thread:{}", &root.id[..8])
+}
+
+/// How each turn of a scope was served (`hot`, `warm`, `cold`), in order.
+fn vias(s: &Scenario, label: &str) -> Vec<String> {
+    s.observer_records("turn_started")
+        .iter()
+        .filter(|r| r["scope"] == label)
+        .map(|r| r["via"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn disposals(s: &Scenario) -> Vec<(String, String)> {
+    s.observer_records("resident_disposed")
+        .iter()
+        .map(|r| {
+            let field = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+            (field("scope"), field("reason"))
+        })
+        .collect()
+}
+
+/// With one worker busy on another thread, a follow-up waits for its resident's worker
+/// (a capacity wait) and then continues hot on the same session, instead of opening a cold one.
+#[tokio::test(start_paused = true)]
+async fn a_follow_up_waits_for_its_busy_resident_worker_then_continues_hot() {
+    let (_dir, mut s) = scenario();
+    let harness = start(&s, &[], &["--agents", "1", "--exit-after-inactivity", "60"]);
+    let a = s.post_top("thread A").unwrap();
+    let ra = reply(&s, &a, WITHIN).await;
+    let b = s.post_top("thread B is slow !delay:30000").unwrap();
+    wait_for(WITHIN, || (vias(&s, &label(&b)).len() == 1).then_some(()))
+        .await
+        .expect("B runs");
+    let qa = s.post_reply(&a, &ra, "A again").unwrap();
+    let ra2 = reply(&s, &qa, WITHIN).await;
+    reply(&s, &b, WITHIN).await;
+    harness.await.unwrap().unwrap();
+
+    let waits = s.observer_records("capacity_wait");
+    assert_eq!(waits.len(), 1, "one wait, recorded once");
+    assert_eq!(waits[0]["scope"], label(&a).as_str());
+    assert_eq!(vias(&s, &label(&a)), ["cold", "hot"]);
+    let frames = wire(&s);
+    assert_eq!(count_method(&frames, "session/load"), 0);
+    assert_eq!(count_method(&frames, "session/new"), 2);
+    assert_eq!(turns(&ra2), 2);
+    assert!(ra2.created_at >= s.reply_to(&b.id).unwrap().created_at);
+}
+
+/// #6378 / #7171: the idle-sleep clock restarts when a turn ends, so a follow-up a few seconds
+/// after a long turn still finds its session live (hot), however long the turn took.
+#[tokio::test(start_paused = true)]
+async fn no_idle_sleep_right_after_a_long_turn() {
+    let (_dir, mut s) = scenario();
+    let extra = [
+        "--lazy-pool",
+        "--idle-pool-sleep",
+        "10",
+        "--exit-after-inactivity",
+        "60",
+    ];
+    let harness = start(&s, &[], &extra);
+    let root = s.post_top("a long task !delay:30000").unwrap();
+    let r1 = reply(&s, &root, WITHIN).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let q = s.post_reply(&root, &r1, "quick follow-up").unwrap();
+    let r2 = reply(&s, &q, WITHIN).await;
+    harness.await.unwrap().unwrap();
+
+    let frames = wire(&s);
+    assert_eq!(count_method(&frames, "session/load"), 0, "continued hot");
+    assert_eq!(
+        count_method(&frames, "initialize"),
+        1,
+        "the worker was not torn down"
+    );
+    assert_eq!(turns(&r2), 2);
+    assert_eq!(vias(&s, &label(&root)), ["cold", "hot"]);
+}
+
+/// Eviction (one resident at most here) and the idle pool sleep each dispose a resident exactly
+/// once; the disposed thread's next follow-up resumes warm from its receipt, and the reopened
+/// session is resident again (the one after that is hot).
+#[tokio::test(start_paused = true)]
+async fn eviction_and_idle_sleep_dispose_once_and_the_next_follow_up_resumes_warm() {
+    let (_dir, mut s) = scenario();
+    let extra = [
+        "--max-resident-sessions",
+        "1",
+        "--lazy-pool",
+        "--idle-pool-sleep",
+        "20",
+        "--exit-after-inactivity",
+        "120",
+    ];
+    let harness = start(&s, &[], &extra);
+    let a = s.post_top("thread A").unwrap();
+    let ra = reply(&s, &a, WITHIN).await;
+    let b = s.post_top("thread B").unwrap();
+    reply(&s, &b, WITHIN).await;
+    let qa = s.post_reply(&a, &ra, "A after eviction").unwrap();
+    let ra2 = reply(&s, &qa, WITHIN).await;
+    let qa3 = s.post_reply(&a, &ra2, "A again, hot").unwrap();
+    let ra3 = reply(&s, &qa3, WITHIN).await;
+    wait_for(WITHIN, || {
+        (!s.observer_records("pool_sleep").is_empty()).then_some(())
+    })
+    .await
+    .expect("the pool sleeps");
+    harness.await.unwrap().unwrap();
+
+    assert_eq!(vias(&s, &label(&a)), ["cold", "warm", "hot"]);
+    let frames = wire(&s);
+    assert_eq!(requests_of(&frames, "session/load").len(), 1);
+    assert_eq!((turns(&ra2), turns(&ra3)), (2, 3));
+    let d = disposals(&s);
+    let mut counts: HashMap<&(String, String), usize> = HashMap::new();
+    for key in &d {
+        *counts.entry(key).or_default() += 1;
+    }
+    assert!(
+        counts.values().all(|&n| n == 1),
+        "each disposal once: {d:?}"
+    );
+    assert!(d.contains(&(label(&a), "evicted".into())), "{d:?}");
+    assert!(d.contains(&(label(&b), "evicted".into())), "{d:?}");
+    assert!(d.contains(&(label(&a), "idle_sleep".into())), "{d:?}");
+}
+
+/// A tiny deterministic PRNG (xorshift) for reproducible schedules.
+fn next(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+/// Block/buzz#7720 ("Race 1"), with steering on (upstream's default): follow-ups posted at
+/// seeded moments of virtual time around turn ends are never lost — not even one handed to a
+/// turn just as its prompt completes — and each is answered at most once, all on one session.
+/// (Steering re-runs a turn with the new message merged in, so the agent may see a message in a
+/// cancelled prompt too; what must hold is that the session's completed turns contain every
+/// message.)
+#[tokio::test(start_paused = true)]
+async fn follow_ups_around_turn_ends_are_never_lost() {
+    for round in 0..6u64 {
+        let (_dir, mut s) = scenario();
+        let harness = start(&s, &[], &["--exit-after-inactivity", "60"]);
+        let mut seed = 0x9e37_79b9_7f4a_7c15 ^ round;
+        let root = s.post_top("root word-1000 !delay:150").unwrap();
+        let mut posted = vec![root.clone()];
+        let mut parent = root.clone();
+        for i in 1..=12 {
+            let pause = 20 + next(&mut seed) % 240;
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            let delay = 40 + next(&mut seed) % 200;
+            let text = format!("follow-up word-{} !delay:{delay}", 1000 + i);
+            parent = s.post_reply(&root, &parent, &text).unwrap();
+            posted.push(parent.clone());
+        }
+        let last = posted.last().unwrap().clone();
+        let answer = reply(&s, &last, WITHIN).await;
+        harness.await.unwrap().unwrap();
+
+        for i in 0..=12 {
+            let nonce = format!("word-{}", 1000 + i);
+            assert!(
+                answer.content.contains(&nonce),
+                "round {round}: {nonce} never reached a completed turn: {}",
+                answer.content
+            );
+        }
+        for event in &posted {
+            let answers = s
+                .replies()
+                .iter()
+                .filter(|r| r.thread_refs().reply.as_deref() == Some(event.id.as_str()))
+                .count();
+            assert!(
+                answers <= 1,
+                "round {round}: {:?} answered {answers} times",
+                event.content
+            );
+        }
+        assert_eq!(count_method(&wire(&s), "session/new"), 1, "round {round}");
+    }
+}

@@ -1,0 +1,103 @@
+//! The patched harness inside the test process, on tokio's paused clock.
+//!
+//! The agents are served in-process (series `in-process-agents`: the agent command
+//! `in-process:NAME`) and the relay is the scenario's file relay, which the harness reads and
+//! writes synchronously. So every wait is virtual: tokio moves its clock only when every task is
+//! idle, a 15 s retry takes no real time, and no test races a real sleep against a wall-clock
+//! bound. Tests run with `#[tokio::test(start_paused = true)]`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use buzz_acp::config::{CliArgs, Config};
+use buzz_acp::relay::Event;
+use buzz_acp::testing::{AGENT, AGENT_CWD, OWNER, Scenario};
+use buzz_acp::{Harness, HarnessError, RunStats};
+use clap::Parser;
+use tokio::task::JoinHandle;
+
+/// Registers an in-process test agent with the scenario's state dir and wire log plus `args`,
+/// and returns the agent command that reaches it. Every spawn of the command starts one agent
+/// instance; the wire log tells instances apart by their `pid`.
+pub fn agent(s: &Scenario, args: &[&str]) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let name = format!("test-agent-{n}");
+    let state = s.agent_state_dir.display().to_string();
+    let wire = s.wire_log.display().to_string();
+    let mut argv = vec!["acp-test-agent", "--state-dir", &state, "--wire-log", &wire];
+    argv.extend_from_slice(args);
+    let parsed = acp_test_agent::Args::try_parse_from(argv).expect("test-agent flags");
+    let instances = Arc::new(AtomicU32::new(0));
+    let factory = move || {
+        let instance = 1_000_000 * n + instances.fetch_add(1, Ordering::SeqCst);
+        acp_test_agent::serve_in_process(&parsed, instance).map_err(|e| e.to_string())
+    };
+    buzz_acp::in_process_agents::register(&name, Arc::new(factory));
+    format!("in-process:{name}")
+}
+
+/// The harness's configuration for scenario `s` with an in-process agent.
+pub fn config(s: &Scenario, agent_command: &str, extra: &[&str]) -> Config {
+    let state = s.state_dir.display().to_string();
+    let relay = s.relay_dir.display().to_string();
+    let observer = s.observer_log.display().to_string();
+    let poll = s.poll_ms.to_string();
+    let mut argv = vec![
+        "buzz-acp",
+        "--relay-dir",
+        &relay,
+        "--agent-command",
+        agent_command,
+        "--agent-pubkey",
+        AGENT,
+        "--owner-pubkey",
+        OWNER,
+        "--state-dir",
+        &state,
+        "--observer-log",
+        &observer,
+        "--cwd",
+        AGENT_CWD,
+        "--relay-poll-ms",
+        &poll,
+    ];
+    argv.extend_from_slice(extra);
+    Config::from_args(CliArgs::try_parse_from(argv).expect("harness flags")).expect("config")
+}
+
+/// Runs the harness as a task of the current runtime, with an in-process test agent (`agent_args`)
+/// and `extra` harness flags. It ends like the binary would: `--once`, or
+/// `--exit-after-inactivity` (virtual seconds).
+pub fn start(
+    s: &Scenario,
+    agent_args: &[&str],
+    extra: &[&str],
+) -> JoinHandle<Result<RunStats, HarnessError>> {
+    let config = config(s, &agent(s, agent_args), extra);
+    let harness = Harness::open(config).expect("harness");
+    tokio::spawn(harness.run())
+}
+
+/// Waits (on the paused clock) until the agent replied to `event`, at most `within` of virtual
+/// time.
+pub async fn reply(s: &Scenario, event: &Event, within: Duration) -> Event {
+    wait_for(within, || s.reply_to(&event.id))
+        .await
+        .unwrap_or_else(|| panic!("no reply to {:?} within {within:?}", event.content))
+}
+
+/// Polls `probe` every 10 ms of virtual time until it yields, at most `within`.
+pub async fn wait_for<T>(within: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(found) = probe() {
+            return Some(found);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
