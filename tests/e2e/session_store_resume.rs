@@ -348,3 +348,56 @@ fn a_lost_session_is_answered_from_a_new_session_with_a_notice() {
         );
     }
 }
+
+/// The PostgreSQL server the test command started (`scripts/pg`), or a skip the caller asked for
+/// explicitly; without either the test fails rather than pass untested.
+fn postgres_url() -> Option<String> {
+    if let Ok(url) = std::env::var("BUZZ_TEST_POSTGRES_URL") {
+        return Some(url);
+    }
+    assert!(
+        std::env::var_os("BUZZ_TEST_SKIP_POSTGRES").is_some(),
+        "set BUZZ_TEST_POSTGRES_URL (scripts/pg start prints one) or BUZZ_TEST_SKIP_POSTGRES=1"
+    );
+    None
+}
+
+/// Receipts in a shared PostgreSQL database follow a thread across machines: harness A answers a
+/// thread and stops; harness B, with its own state directory (another machine, or a pod
+/// rescheduled elsewhere) and the same database, reopens that thread's session.
+#[test]
+fn a_shared_database_lets_another_harness_resume_the_thread() {
+    let Some(url) = postgres_url() else { return };
+    let (_dir, mut s) = scenario();
+    let store = ["--session-store-url", url.as_str()];
+    let machine_a = s.state_dir.clone();
+    let root = s.post_top("remember alpha-7301").unwrap();
+    run_once(&s, &[], &store);
+    let r1 = s.reply_to(&root.id).unwrap();
+
+    // Harness B: another state directory (its processed-event cursor starts from A's).
+    s.state_dir = s.root.join("machine-b");
+    std::fs::create_dir_all(&s.state_dir).unwrap();
+    for entry in std::fs::read_dir(&machine_a).unwrap() {
+        let path = entry.unwrap().path();
+        if path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("cursor"))
+        {
+            std::fs::copy(&path, s.state_dir.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let q = s.post_reply(&root, &r1, "what did I say?").unwrap();
+    run_once(&s, &[], &store);
+    let r2 = s.reply_to(&q.id).unwrap();
+
+    assert_eq!(turns(&r2), 2, "harness B continued A's session");
+    assert!(r2.content.contains("alpha-7301"));
+    let frames = wire(&s);
+    assert_eq!(count_method(&frames, "session/new"), 1);
+    assert_eq!(count_method(&frames, "session/load"), 1);
+    assert!(
+        !machine_a.join("sessions.sqlite3").exists(),
+        "no local receipts"
+    );
+}

@@ -32,5 +32,10 @@ async fn the_harness_answers_through_an_in_process_agent() {
         .collect();
     let received: Vec<String> = frames.iter().filter_map(|f| f.method.clone()).collect();
     assert_eq!(written, received, "the observer taps the in-process lines");
-    insta::assert_json_snapshot!("in_process_wire_log", wire_shape(&s));
+    assert!(
+        frames.iter().all(|f| f.pid == frames[0].pid),
+        "one agent instance"
+    );
+    // The exchange; later patches change what the requests carry, not which are sent.
+    insta::assert_json_snapshot!("in_process_exchange", received);
 }
