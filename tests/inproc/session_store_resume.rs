@@ -26,24 +26,20 @@ async fn an_undecided_restore_is_retried_for_a_bounded_time_then_answered_fresh(
         .unwrap();
     let waited = started.elapsed();
 
-    let to_q: Vec<_> = s
-        .replies()
+    let notices: Vec<String> = notices_about(&s, &q.id)
         .into_iter()
-        .filter(|r| r.thread_refs().reply.as_deref() == Some(q.id.as_str()))
+        .map(|n| n.content)
         .collect();
-    let texts: Vec<&str> = to_q.iter().map(|r| r.content.as_str()).collect();
-    assert_eq!(
-        to_q.len(),
-        3,
-        "retry notice, give-up notice, answer: {texts:?}"
-    );
-    assert!(texts[0].contains("keep trying"), "{}", texts[0]);
-    assert!(texts[1].contains("could not restore"), "{}", texts[1]);
-    assert_eq!(reply_turns(&to_q[2]), Some(1), "a new session answers");
+    assert_eq!(notices.len(), 2, "retry notice, give-up notice: {notices:?}");
+    assert!(notices[0].contains("keep trying"), "{}", notices[0]);
+    assert!(notices[1].contains("could not restore"), "{}", notices[1]);
+    assert_eq!(s.answers_to(&q.id), 1, "one answer, the notices are none");
+    let answer = s.reply_to(&q.id).expect("the answer");
+    assert_eq!(reply_turns(&answer), Some(1), "a new session answers");
     assert!(
-        texts[2].contains("alpha-7301"),
+        answer.content.contains("alpha-7301"),
         "with the whole window: {}",
-        texts[2]
+        answer.content
     );
     assert_eq!(stats.replies, 1);
 

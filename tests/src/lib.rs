@@ -106,9 +106,38 @@ fn collect_session_ids(value: &Value, out: &mut Vec<String>) {
     }
 }
 
-/// The snapshot view of a scenario's wire log.
+/// What the harness itself posted about `event_id` (a notice: it quotes the event with a `q`
+/// tag and is never an answer to it), in relay order.
+pub fn notices_about(s: &Scenario, event_id: &str) -> Vec<Event> {
+    s.replies()
+        .into_iter()
+        .filter(|e| e.tag_values("q").any(|q| q == event_id))
+        .collect()
+}
+
+/// Waits until the harness has posted a notice about `event_id`.
+pub fn wait_for_notice(s: &Scenario, event_id: &str, timeout: Duration) -> Option<Event> {
+    wait_until(timeout, || notices_about(s, event_id).into_iter().next())
+}
+
+/// The snapshot view of a scenario's wire log. The harness names its own version in
+/// `initialize` (`clientInfo.version`); it is replaced by `<harness version>` and that frame's
+/// byte count left out, so an upstream release does not change every guard's snapshot.
 pub fn wire_view(s: &Scenario) -> Value {
-    acp_test_agent::harness::normalize_wire_log(&wire(s), &[(s.root.as_path(), "<tmp>")])
+    let mut view =
+        acp_test_agent::harness::normalize_wire_log(&wire(s), &[(s.root.as_path(), "<tmp>")]);
+    for frame in view.as_array_mut().into_iter().flatten() {
+        if frame.get("method").and_then(Value::as_str) != Some("initialize") {
+            continue;
+        }
+        if let Some(version) = frame.pointer_mut("/params/clientInfo/version") {
+            *version = Value::String("<harness version>".into());
+            if let Some(obj) = frame.as_object_mut() {
+                obj.remove("bytes");
+            }
+        }
+    }
+    view
 }
 
 /// The method-level shape of the wire log: kind, method and params, with each

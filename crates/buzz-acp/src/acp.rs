@@ -275,7 +275,8 @@ pub struct AcpClient {
     cx: ConnectionTo<Agent>,
     router: Arc<UpdateRouter>,
     info: AgentInfo,
-    driver: Option<JoinHandle<()>>,
+    /// The connection task; yields why the connection failed, if it did.
+    driver: Option<JoinHandle<Option<String>>>,
     shutdown: Option<oneshot::Sender<()>>,
     ended: watch::Receiver<bool>,
 }
@@ -306,8 +307,19 @@ fn choose_permission(request: &RequestPermissionRequest) -> RequestPermissionOut
 
 impl AcpClient {
     /// Spawns the agent command for worker `slot` and runs `initialize`.
+    ///
+    /// With `guard` (the harness's own executable, on Linux) the agent runs
+    /// under the agent guard, which ends its whole process tree when the
+    /// harness goes away, even when the harness is SIGKILLed (see
+    /// [`crate::guard`]).
+    ///
+    /// An agent that cannot be started, or that exits before answering
+    /// `initialize`, is an [`AcpError::Spawn`] carrying the reason: the OS
+    /// error (e.g. "No such file or directory (os error 2)") or the tail of
+    /// what the agent wrote to stderr.
     pub async fn spawn(
         command: &str,
+        guard: Option<&Path>,
         slot: usize,
         observer: Observer,
     ) -> Result<AcpClient, AcpError> {
@@ -315,10 +327,16 @@ impl AcpClient {
             command: command.to_string(),
             message,
         };
+        let launch = AcpAgent::from_str(command)
+            .map_err(|e| spawn_err(describe_connection_error(&e)))?
+            .into_config();
+        let launch = match guard {
+            Some(exe) => crate::guard::wrap(&launch, exe),
+            None => launch,
+        };
         let tap = Arc::new(FrameTap { observer, slot });
-        let agent = AcpAgent::from_str(command)
-            .map_err(|e| spawn_err(e.to_string()))?
-            .with_debug(move |line, direction| tap.observe(line, direction));
+        let agent =
+            AcpAgent::new(launch).with_debug(move |line, direction| tap.observe(line, direction));
 
         let router = Arc::new(UpdateRouter::default());
         let (cx_tx, cx_rx) = oneshot::channel();
@@ -355,17 +373,21 @@ impl AcpClient {
                     Ok(())
                 })
                 .await;
-            if let Err(e) = result {
-                tracing::debug!(slot, error = %e, "agent connection ended with an error");
+            let failure = result.err().map(|e| describe_connection_error(&e));
+            if let Some(failure) = &failure {
+                tracing::debug!(slot, error = %failure, "agent connection ended with an error");
             }
             let _ = ended_tx.send(true);
+            failure
         });
 
         let cx = match cx_rx.await {
             Ok(cx) => cx,
             Err(_) => {
-                let _ = driver.await;
-                return Err(spawn_err("the agent process did not start".to_string()));
+                let failure = driver.await.ok().flatten();
+                return Err(spawn_err(
+                    failure.unwrap_or_else(|| "the agent process did not start".to_string()),
+                ));
             }
         };
         let mut client = AcpClient {
@@ -388,8 +410,15 @@ impl AcpClient {
         let init = match init {
             Ok(init) => init,
             Err(e) => {
-                client.shutdown().await;
-                return Err(e);
+                let failure = client.finish().await;
+                return Err(match e {
+                    AcpError::Exited { .. } | AcpError::Transport { .. } => {
+                        spawn_err(failure.unwrap_or_else(|| {
+                            "the agent exited before answering initialize".to_string()
+                        }))
+                    }
+                    other => other,
+                });
             }
         };
         let caps = &init.agent_capabilities;
@@ -466,7 +495,7 @@ impl AcpClient {
     }
 
     /// `session/new`.
-    pub async fn session_new(&self, params: NewSessionParams) -> Result<NewSession, AcpError> {
+    pub async fn session_new_full(&self, params: NewSessionParams) -> Result<NewSession, AcpError> {
         let mcp: Vec<McpServer> = params.mcp_servers.iter().map(to_mcp_server).collect();
         let mut request = NewSessionRequest::new(params.cwd).mcp_servers(mcp);
         if let Some(prompt) = params.system_prompt.filter(|_| self.info.system_prompt) {
@@ -492,7 +521,7 @@ impl AcpClient {
     }
 
     /// `session/set_config_option` with a select value.
-    pub async fn set_config_option(
+    pub async fn session_set_config_option(
         &self,
         session_id: &str,
         config_id: &str,
@@ -512,7 +541,7 @@ impl AcpClient {
     }
 
     /// `session/cancel` (a notification).
-    pub fn cancel(&self, session_id: &str) -> Result<(), AcpError> {
+    pub fn session_cancel(&self, session_id: &str) -> Result<(), AcpError> {
         self.cx
             .send_notification(CancelNotification::new(session_id.to_string()))
             .map_err(|e| AcpError::Transport {
@@ -528,7 +557,7 @@ impl AcpClient {
     /// and drained, and a [`AcpError::Timeout`] returned), or when `control`
     /// yields a signal (the turn is cancelled and drained, and the signal
     /// returned with what the turn produced).
-    pub async fn prompt<S>(
+    pub async fn session_prompt_with_idle_timeout<S>(
         &self,
         session_id: &str,
         text: String,
@@ -571,7 +600,7 @@ impl AcpClient {
                 signal = control.recv(), if control_open => match signal {
                     Some(signal) => {
                         let drained = self
-                            .cancel_and_drain(session_id, response, &mut updates, output, CANCEL_DRAIN_GRACE)
+                            .cancel_with_cleanup(session_id, response, &mut updates, output, CANCEL_DRAIN_GRACE)
                             .await;
                         return Ok(TurnEnd::Interrupted { signal, drained });
                     }
@@ -589,7 +618,7 @@ impl AcpClient {
                     // Cancel cleanup: the agent must stop working before the
                     // worker is reused or respawned.
                     let _ = self
-                        .cancel_and_drain(session_id, response, &mut updates, output, CANCEL_DRAIN_GRACE)
+                        .cancel_with_cleanup(session_id, response, &mut updates, output, CANCEL_DRAIN_GRACE)
                         .await;
                     return Err(AcpError::Timeout { method: METHOD.into(), after, kind });
                 }
@@ -597,7 +626,7 @@ impl AcpClient {
         }
     }
 
-    async fn cancel_and_drain<F>(
+    async fn cancel_with_cleanup<F>(
         &self,
         session_id: &str,
         mut response: std::pin::Pin<Box<F>>,
@@ -614,7 +643,7 @@ impl AcpClient {
         >,
     {
         const METHOD: &str = "session/cancel";
-        self.cancel(session_id)?;
+        self.session_cancel(session_id)?;
         let deadline = Instant::now() + grace;
         loop {
             tokio::select! {
@@ -637,18 +666,48 @@ impl AcpClient {
     /// close (stdin EOF, then SIGTERM/SIGKILL by the SDK), and if that takes
     /// too long, dropping the connection, which SIGKILLs the group at once.
     pub async fn shutdown(&mut self) {
+        let _ = self.finish().await;
+    }
+
+    /// [`AcpClient::shutdown`], returning why the connection failed, if it
+    /// did (e.g. the agent exited non-zero, with the tail of its stderr).
+    async fn finish(&mut self) -> Option<String> {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        if let Some(mut driver) = self.driver.take()
-            && tokio::time::timeout(Duration::from_secs(5), &mut driver)
-                .await
-                .is_err()
-        {
-            driver.abort();
-            let _ = driver.await;
+        let mut driver = self.driver.take()?;
+        match tokio::time::timeout(Duration::from_secs(5), &mut driver).await {
+            Ok(joined) => joined.ok().flatten(),
+            Err(_) => {
+                driver.abort();
+                let _ = driver.await;
+                None
+            }
         }
     }
+}
+
+/// Longest failure text kept from a connection error (an agent's stderr
+/// tail can be 64 KiB).
+const MAX_FAILURE_CHARS: usize = 2000;
+
+/// A connection error as one readable reason: the OS error of a failed spawn
+/// (the SDK puts it in `data`), or the message, which for an agent that
+/// exited non-zero ends with its stderr tail. Long text keeps its end, where
+/// the reason usually is.
+fn describe_connection_error(e: &agent_client_protocol::Error) -> String {
+    let text = match &e.data {
+        Some(Value::String(data)) => data.clone(),
+        Some(data) => format!("{}: {data}", e.message),
+        None => e.message.clone(),
+    };
+    let text = text.trim();
+    let count = text.chars().count();
+    if count <= MAX_FAILURE_CHARS {
+        return text.to_string();
+    }
+    let tail: String = text.chars().skip(count - MAX_FAILURE_CHARS).collect();
+    format!("…{tail}")
 }
 
 impl Drop for AcpClient {

@@ -289,6 +289,10 @@ pub struct Config {
     pub mcp_servers: Vec<McpServerConfig>,
     /// Relay poll interval.
     pub relay_poll: Duration,
+    /// The executable that runs agents under the agent guard (the harness
+    /// binary itself, set by `main`); `None` starts agents directly. See
+    /// [`crate::guard`].
+    pub agent_guard: Option<PathBuf>,
 }
 
 fn invalid(flag: &'static str, message: impl Into<String>) -> ConfigError {
@@ -440,6 +444,7 @@ impl Config {
             cwd,
             mcp_servers,
             relay_poll: Duration::from_millis(args.relay_poll_ms),
+            agent_guard: None,
         })
     }
 }

@@ -136,7 +136,7 @@ pub struct ContextDelta {
 
 /// Subtracts the delivered set (and the triggers, which render in the event
 /// block) from a window.
-pub fn context_delta(
+pub fn conversation_context_delta(
     window: Option<&ContextWindow>,
     delivered: &HashSet<String>,
     triggers: &[Event],
@@ -429,13 +429,15 @@ mod tests {
             12,
         )
         .unwrap();
-        let fresh = context_delta(Some(&w), &HashSet::new(), std::slice::from_ref(&trigger));
+        let fresh =
+            conversation_context_delta(Some(&w), &HashSet::new(), std::slice::from_ref(&trigger));
         assert_eq!(fresh.entries.len(), 4, "root + 3 replies");
         assert!(!fresh.had_delivered);
         assert_eq!(fresh.pending_ids.len(), 5);
 
         let delivered: HashSet<String> = events[..3].iter().map(|e| e.id.clone()).collect();
-        let delta = context_delta(Some(&w), &delivered, std::slice::from_ref(&trigger));
+        let delta =
+            conversation_context_delta(Some(&w), &delivered, std::slice::from_ref(&trigger));
         assert_eq!(delta.entries.len(), 1);
         assert_eq!(delta.entries[0].id, events[3].id);
         assert!(delta.had_delivered);
@@ -456,7 +458,8 @@ mod tests {
         )
         .unwrap();
         let delivered: HashSet<String> = events.iter().map(|e| e.id.clone()).collect();
-        let delta = context_delta(Some(&w), &delivered, std::slice::from_ref(&trigger));
+        let delta =
+            conversation_context_delta(Some(&w), &delivered, std::slice::from_ref(&trigger));
         let text = format_prompt(&PromptInput {
             scope: &scope,
             channel: &stream(),
@@ -486,7 +489,8 @@ mod tests {
             12,
         )
         .unwrap();
-        let delta = context_delta(Some(&w), &HashSet::new(), std::slice::from_ref(&trigger));
+        let delta =
+            conversation_context_delta(Some(&w), &HashSet::new(), std::slice::from_ref(&trigger));
         let text = format_prompt(&PromptInput {
             scope: &scope,
             channel: &stream(),

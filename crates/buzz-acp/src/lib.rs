@@ -2,17 +2,19 @@
 //! Protocol.
 //!
 //! This crate is a clean-room model of upstream buzz-acp's session lifecycle,
-//! with the same seams: [`scope`] (which session an event belongs to),
-//! [`acp`] (the ACP client), [`pool`] (workers, sessions, one turn),
-//! [`context`] (history windows and delivered-id deltas), [`queue`] (one turn
-//! in flight per scope), [`config`], [`relay`], [`observer`], [`cursor`] and
-//! [`lifecycle`]. [`Harness`] is the event loop:
+//! with the same seams and, where upstream has an analogue, the same names
+//! (`docs/UPSTREAM_SEAMS.md` maps them): [`scope`] (which session an event
+//! belongs to), [`acp`] (the ACP client), [`pool`] (workers, sessions, one
+//! turn), [`context`] (history windows and delivered-id deltas), [`queue`]
+//! (one turn in flight per scope), [`config`], [`relay`], [`observer`],
+//! [`cursor`] and [`lifecycle`]. [`tokio_main`] runs the [`Harness`] event
+//! loop:
 //!
 //! ```text
 //! relay line ─► admission (own events, mention filter, owner controls)
-//!            ─► SessionScope::derive ─► ScopeQueue (or steer a running turn)
-//!            ─► dispatch: AgentPool::try_claim ─► run_prompt_task (spawned)
-//!            ─► PromptResult ─► publish reply, return worker, mark handled
+//!            ─► SessionScope::derive ─► EventQueue (or steer a running turn)
+//!            ─► dispatch_pending: AgentPool::try_claim ─► run_prompt_task (spawned)
+//!            ─► handle_prompt_result: publish reply, return worker, mark handled
 //! ```
 //!
 //! Like upstream `main`, it only ever creates sessions: provider sessions live
@@ -22,12 +24,15 @@ pub mod acp;
 pub mod config;
 pub mod context;
 pub mod cursor;
+pub mod eventlog;
+pub mod guard;
 pub mod lifecycle;
 pub mod observer;
 pub mod pool;
 pub mod queue;
 pub mod relay;
 pub mod scope;
+pub mod state_dir;
 pub mod testing;
 
 use std::collections::HashMap;
@@ -43,15 +48,18 @@ use crate::acp::{AcpClient, AcpError};
 use crate::config::{Config, MAX_BATCH_ATTEMPTS, MultipleEventHandling};
 use crate::context::resolve_window;
 use crate::cursor::{Cursor, CursorError};
-use crate::lifecycle::{SleepInputs, idle_pool_sleep_due, inactivity_expired};
+use crate::lifecycle::{
+    CIRCUIT_COOLDOWN, CRASHES_TO_OPEN, SleepInputs, idle_pool_sleep_due, inactivity_expired,
+};
 use crate::observer::Observer;
 use crate::pool::{
     AgentPool, Claim, ControlSignal, OwnedAgent, PromptContext, PromptOutcome, PromptResult,
     TurnInput, run_prompt_task,
 };
-use crate::queue::{Batch, ScopeQueue};
-use crate::relay::{Event, EventBuilder, FileRelay, Incoming, Relay, RelayError};
+use crate::queue::{EventQueue, FlushBatch};
+use crate::relay::{Event, EventBuilder, FileRelay, Incoming, Relay, RelayError, Reset};
 use crate::scope::SessionScope;
+use crate::state_dir::StateDirError;
 
 /// Fatal harness errors (the process exits non-zero).
 #[derive(Debug, thiserror::Error)]
@@ -70,13 +78,20 @@ pub enum HarnessError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The state directory cannot be created.
-    #[error("state directory {path}: {source}")]
-    StateDir {
-        /// The directory.
-        path: std::path::PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+    /// The state directory cannot be used.
+    #[error(transparent)]
+    StateDir(#[from] StateDirError),
+    /// `--once` has work waiting, and no worker can be started: every pool
+    /// slot used up its respawn attempts and is backing off.
+    #[error(
+        "{reason}; every worker slot used up its {CRASHES_TO_OPEN} attempts to start agent \
+         {command:?}, giving up (--once)"
+    )]
+    AgentUnavailable {
+        /// The configured agent command.
+        command: String,
+        /// The last failure (the OS reason for a spawn, e.g. ENOENT).
+        reason: String,
     },
 }
 
@@ -99,7 +114,7 @@ struct TurnMeta {
     scope: SessionScope,
     slot: usize,
     /// A copy of the batch, to requeue it if the task panics.
-    batch: Batch,
+    batch: FlushBatch,
     control: mpsc::Sender<ControlSignal>,
 }
 
@@ -108,7 +123,7 @@ pub struct Harness<R: Relay = FileRelay> {
     config: Config,
     relay: R,
     cursor: Cursor,
-    queue: ScopeQueue,
+    queue: EventQueue,
     pool: AgentPool,
     ctx: Arc<PromptContext>,
     observer: Observer,
@@ -116,13 +131,17 @@ pub struct Harness<R: Relay = FileRelay> {
     turn_meta: HashMap<TaskId, TurnMeta>,
     in_flight: HashMap<SessionScope, TaskId>,
     spawns: JoinSet<(usize, Result<AcpClient, AcpError>)>,
-    positions: HashMap<String, (u64, u64)>,
     /// When the last event was admitted: the idle-pool-sleep and inactivity
     /// clocks run from here (a turn ending does not restart them).
     last_activity: Instant,
     pool_woken: bool,
     /// Notices for owner controls, published by the loop (admission is sync).
     pending_notices: Vec<(SessionScope, Event, String)>,
+    /// The last reason a worker could not be started or died.
+    last_agent_failure: Option<String>,
+    /// An outage (a slot's respawn attempts used up) was reported and no
+    /// worker has started since: it is reported once, not per attempt.
+    outage_reported: bool,
     stats: RunStats,
 }
 
@@ -131,6 +150,13 @@ fn now_unix() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+/// Opens the file relay named by `config` and runs the event loop until it
+/// stops (upstream's `tokio_main`, which also chooses the lazy or the eager
+/// pool).
+pub async fn tokio_main(config: Config) -> Result<RunStats, HarnessError> {
+    Harness::open(config)?.run().await
 }
 
 impl Harness<FileRelay> {
@@ -144,10 +170,7 @@ impl Harness<FileRelay> {
 impl<R: Relay> Harness<R> {
     /// Builds a harness over any relay.
     pub fn with_relay(config: Config, relay: R) -> Result<Self, HarnessError> {
-        std::fs::create_dir_all(&config.state_dir).map_err(|source| HarnessError::StateDir {
-            path: config.state_dir.clone(),
-            source,
-        })?;
+        state_dir::prepare(&config.state_dir)?;
         let observer = match &config.observer_log {
             Some(path) => Observer::open(path).map_err(|source| HarnessError::Observer {
                 path: path.clone(),
@@ -156,12 +179,21 @@ impl<R: Relay> Harness<R> {
             None => Observer::disabled(),
         };
         let cursor = Cursor::load(&config.state_dir, &config.agent_pubkey, relay.identity())?;
+        if let Some(version) = cursor.upgraded_from() {
+            tracing::info!(
+                cursor = %cursor.path().display(),
+                version,
+                "upgrading the processed-event cursor; it is rewritten in the current format"
+            );
+        }
+        let mut relay = relay;
+        relay.resume_from(cursor.position().cloned());
         let pool = AgentPool::from_slots(config.agents, config.model.clone());
         let ctx = Arc::new(PromptContext::from_config(&config, observer.clone()));
         Ok(Harness {
             relay,
             cursor,
-            queue: ScopeQueue::new(),
+            queue: EventQueue::new(),
             pool,
             ctx,
             observer,
@@ -169,10 +201,11 @@ impl<R: Relay> Harness<R> {
             turn_meta: HashMap::new(),
             in_flight: HashMap::new(),
             spawns: JoinSet::new(),
-            positions: HashMap::new(),
             last_activity: Instant::now(),
             pool_woken: false,
             pending_notices: Vec::new(),
+            last_agent_failure: None,
+            outage_reported: false,
             stats: RunStats::default(),
             config,
         })
@@ -191,7 +224,7 @@ impl<R: Relay> Harness<R> {
         let mut stop = stop_signal();
         loop {
             let drained = self.poll_relay().await?;
-            self.dispatch();
+            self.dispatch_pending();
             if self.maintenance().await {
                 break;
             }
@@ -199,8 +232,18 @@ impl<R: Relay> Harness<R> {
                 tracing::info!("relay drained and no turn in flight; exiting (--once)");
                 break;
             }
+            if self.config.once && self.agents_exhausted() {
+                self.shutdown().await?;
+                return Err(HarnessError::AgentUnavailable {
+                    command: self.config.agent_command.clone(),
+                    reason: self
+                        .last_agent_failure
+                        .clone()
+                        .unwrap_or_else(|| "unknown".to_string()),
+                });
+            }
             tokio::select! {
-                Some(joined) = self.turns.join_next_with_id() => self.handle_turn_end(joined).await?,
+                Some(joined) = self.turns.join_next_with_id() => self.handle_prompt_result(joined).await?,
                 Some(joined) = self.spawns.join_next() => self.handle_spawn(joined),
                 _ = tick.tick() => {}
                 _ = stop.recv() => {
@@ -214,6 +257,16 @@ impl<R: Relay> Harness<R> {
         Ok(self.stats)
     }
 
+    /// Work is waiting, nothing runs or starts, and every slot has used up
+    /// its respawn attempts: nothing will happen before the circuits' long
+    /// cooldown.
+    fn agents_exhausted(&self) -> bool {
+        !self.queue.is_empty()
+            && self.in_flight.is_empty()
+            && self.spawns.is_empty()
+            && self.pool.all_circuits_open()
+    }
+
     fn is_idle(&self) -> bool {
         self.queue.is_empty()
             && self.in_flight.is_empty()
@@ -224,35 +277,65 @@ impl<R: Relay> Harness<R> {
     /// Reads new relay lines and admits them. Returns whether nothing new
     /// arrived.
     async fn poll_relay(&mut self) -> Result<bool, HarnessError> {
-        let lines = self.relay.poll().await?;
-        let drained = lines.is_empty();
-        let mut changed = false;
-        for line in lines {
-            changed |= self.admit(line);
+        let poll = self.relay.poll().await?;
+        if let Some(reset) = poll.reset {
+            self.report_relay_reset(reset);
         }
-        if changed {
-            self.cursor.save()?;
+        let drained = poll.lines.is_empty();
+        for line in poll.lines {
+            self.admit(line);
+        }
+        if !drained {
+            self.save_cursor()?;
         }
         Ok(drained)
     }
 
-    /// Admission: returns whether the cursor changed.
-    fn admit(&mut self, line: Incoming) -> bool {
-        if self.cursor.is_handled(line.offset) {
-            return false;
+    /// Says once, per detection, that the relay log stopped matching what
+    /// was read, and how events are told apart from then on.
+    fn report_relay_reset(&self, reset: Reset) {
+        let reason = reset.divergence.to_string();
+        if reset.at_startup {
+            tracing::warn!(
+                cursor = %self.cursor.path().display(),
+                %reason,
+                anchored = reset.anchored,
+                "the relay log no longer matches the processed-event cursor; \
+                 events are matched by id (handled ones are skipped, new ones answered)"
+            );
+        } else {
+            tracing::warn!(
+                %reason,
+                "the relay log changed under the running harness; re-reading it and \
+                 matching events by id"
+            );
+        }
+        self.observer.event(
+            "relay_reset",
+            json!({
+                "divergence": reset.divergence,
+                "atStartup": reset.at_startup,
+                "anchored": reset.anchored,
+            }),
+        );
+    }
+
+    /// Admission: decides what one relay line asks of the harness.
+    fn admit(&mut self, line: Incoming) {
+        if line.replayed || self.cursor.handled_before(&line) {
+            // Already admitted in this run (a duplicate line, or a line read
+            // again after the log changed), or handled by an earlier run.
+            return;
         }
         let event = match line.event {
             Ok(event) => event,
             Err(reason) => {
                 tracing::warn!(offset = line.offset, %reason, "skipping malformed relay line");
-                self.cursor.mark_handled(line.offset, line.end);
-                return true;
+                return;
             }
         };
-        self.cursor.track(line.offset, line.end);
         let Some(channel) = event.channel_id() else {
-            self.cursor.mark_handled(line.offset, line.end);
-            return true;
+            return;
         };
         if event.removes_member(&self.config.agent_pubkey) {
             // The agent left the channel: every session there is abandoned.
@@ -260,15 +343,21 @@ impl<R: Relay> Harness<R> {
             self.pool.invalidate_channel_sessions(&channel);
             self.observer
                 .event("channel_removed", json!({"channel": channel.to_string()}));
-            self.cursor.mark_handled(line.offset, line.end);
-            return true;
+            self.cursor.mark_handled(&event.id);
+            return;
         }
         let addressed = event.is_message()
             && event.pubkey != self.config.agent_pubkey
             && (!self.config.require_mention || event.mentions(&self.config.agent_pubkey));
         if !addressed {
-            self.cursor.mark_handled(line.offset, line.end);
-            return true;
+            return;
+        }
+        if let Some(reply) = self.relay.reply_by(&self.config.agent_pubkey, &event.id) {
+            // The harness answered it before the cursor could record it (a
+            // crash between publishing and saving): never answer twice.
+            tracing::info!(event_id = %event.id, reply_id = %reply.id, "already answered; not answering again");
+            self.cursor.mark_handled(&event.id);
+            return;
         }
         let info = self.relay.channel_info(&channel);
         let original = event
@@ -283,15 +372,13 @@ impl<R: Relay> Harness<R> {
             original.as_ref(),
         );
         self.last_activity = Instant::now();
-        self.positions
-            .insert(event.id.clone(), (line.offset, line.end));
 
         if self.is_owner(&event)
             && let Some(control) = OwnerControl::parse(&event.content)
         {
             self.handle_control(control, &scope, &event);
-            self.cursor.mark_handled(line.offset, line.end);
-            return true;
+            self.cursor.mark_handled(&event.id);
+            return;
         }
 
         self.stats.admitted += 1;
@@ -310,12 +397,19 @@ impl<R: Relay> Harness<R> {
                 .is_ok()
             {
                 tracing::info!(scope = %scope.telemetry_label(), event_id = %event.id, "steered into running turn");
-                self.cursor.mark_handled(line.offset, line.end);
-                return true;
+                self.cursor.mark_handled(&event.id);
+                return;
             }
         }
+        self.cursor.track(&event.id);
         self.queue.push(scope, event);
-        false
+    }
+
+    /// Persists the cursor with the relay's current position.
+    fn save_cursor(&mut self) -> Result<(), HarnessError> {
+        self.cursor.advance(self.relay.position());
+        self.cursor.save()?;
+        Ok(())
     }
 
     fn is_owner(&self, event: &Event) -> bool {
@@ -364,7 +458,7 @@ impl<R: Relay> Harness<R> {
             .push((scope.clone(), event.clone(), notice));
     }
 
-    fn dispatch(&mut self) {
+    fn dispatch_pending(&mut self) {
         let now = Instant::now();
         // Spawn at most one worker per batch that is waiting for one.
         let mut spawning = self.pool.spawning_count();
@@ -391,7 +485,7 @@ impl<R: Relay> Harness<R> {
         }
     }
 
-    fn turn_input(&self, batch: &Batch) -> TurnInput {
+    fn turn_input(&self, batch: &FlushBatch) -> TurnInput {
         let channel = self.relay.channel_info(batch.channel_id());
         let history = self.relay.history(batch.channel_id());
         let window = resolve_window(
@@ -404,7 +498,7 @@ impl<R: Relay> Harness<R> {
         TurnInput { channel, window }
     }
 
-    fn start_turn(&mut self, agent: Box<OwnedAgent>, batch: Batch) {
+    fn start_turn(&mut self, agent: Box<OwnedAgent>, batch: FlushBatch) {
         let input = self.turn_input(&batch);
         let (tx, rx) = mpsc::channel(8);
         let slot = agent.index;
@@ -433,10 +527,13 @@ impl<R: Relay> Harness<R> {
     fn start_spawn(&mut self, slot: usize) {
         self.pool.begin_spawn(slot);
         let command = self.config.agent_command.clone();
+        let guard = self.config.agent_guard.clone();
         let observer = self.observer.clone();
         self.observer.event("agent_spawn", json!({"slot": slot}));
-        self.spawns
-            .spawn(async move { (slot, AcpClient::spawn(&command, slot, observer).await) });
+        self.spawns.spawn(async move {
+            let client = AcpClient::spawn(&command, guard.as_deref(), slot, observer).await;
+            (slot, client)
+        });
     }
 
     fn handle_spawn(&mut self, joined: Result<(usize, Result<AcpClient, AcpError>), JoinError>) {
@@ -445,17 +542,61 @@ impl<R: Relay> Harness<R> {
             return;
         };
         let model = self.pool.desired_model().map(str::to_string);
+        let failure = result.as_ref().err().map(ToString::to_string);
         let ok = self.pool.finish_spawn(
             slot,
             result.map(|acp| OwnedAgent::new(slot, acp, model)),
             Instant::now(),
         );
-        if ok {
-            self.pool_woken = true;
+        match failure {
+            None if ok => {
+                self.pool_woken = true;
+                if std::mem::take(&mut self.outage_reported) {
+                    tracing::info!(slot, "agent started again");
+                    self.observer
+                        .event("agent_available", json!({"slot": slot}));
+                }
+            }
+            None => {}
+            Some(reason) => self.note_agent_failure(slot, reason),
         }
     }
 
-    async fn handle_turn_end(
+    /// A worker could not be started, or died: say why, and when its slot
+    /// has used up its attempts, report the outage once (until a worker
+    /// starts again) instead of backing off in silence.
+    fn note_agent_failure(&mut self, slot: usize, reason: String) {
+        let circuit_open = self.pool.circuit_open(slot);
+        self.observer.event(
+            "agent_spawn_failed",
+            json!({"slot": slot, "error": reason, "circuitOpen": circuit_open}),
+        );
+        if circuit_open && !self.outage_reported {
+            self.outage_reported = true;
+            tracing::error!(
+                command = %self.config.agent_command,
+                error = %reason,
+                attempts = CRASHES_TO_OPEN,
+                retry_in_secs = CIRCUIT_COOLDOWN.as_secs(),
+                "agent cannot be started; its slot backs off before trying again"
+            );
+            self.observer.event(
+                "agent_unavailable",
+                json!({
+                    "command": self.config.agent_command,
+                    "error": reason,
+                    "retryInSecs": CIRCUIT_COOLDOWN.as_secs(),
+                }),
+            );
+        } else if self.outage_reported {
+            tracing::debug!(slot, error = %reason, "agent spawn failed again");
+        } else {
+            tracing::warn!(slot, error = %reason, "agent spawn failed; retrying");
+        }
+        self.last_agent_failure = Some(reason);
+    }
+
+    async fn handle_prompt_result(
         &mut self,
         joined: Result<(TaskId, PromptResult), JoinError>,
     ) -> Result<(), HarnessError> {
@@ -519,6 +660,7 @@ impl<R: Relay> Harness<R> {
                 self.pool.mark_dead(slot, Instant::now());
                 self.observer
                     .event("agent_dead", json!({"slot": slot, "error": e.to_string()}));
+                self.last_agent_failure = Some(e.to_string());
                 self.retry_or_dead_letter(batch, &e.to_string()).await?;
             }
         }
@@ -527,7 +669,7 @@ impl<R: Relay> Harness<R> {
 
     async fn retry_or_dead_letter(
         &mut self,
-        mut batch: Batch,
+        mut batch: FlushBatch,
         why: &str,
     ) -> Result<(), HarnessError> {
         batch.attempts += 1;
@@ -544,37 +686,48 @@ impl<R: Relay> Harness<R> {
         self.mark_batch_handled(&batch)
     }
 
-    fn mark_batch_handled(&mut self, batch: &Batch) -> Result<(), HarnessError> {
+    fn mark_batch_handled(&mut self, batch: &FlushBatch) -> Result<(), HarnessError> {
         for event in &batch.events {
-            if let Some((offset, end)) = self.positions.remove(&event.id) {
-                self.cursor.mark_handled(offset, end);
-            }
+            self.cursor.mark_handled(&event.id);
         }
-        self.cursor.save()?;
-        Ok(())
+        self.save_cursor()
     }
 
-    /// Publishes `content` as a reply in the batch's thread.
+    /// Publishes `content` as a reply in the batch's thread. It answers the
+    /// newest trigger and names every other trigger of the batch, so a
+    /// restart recognises each of them as answered.
     async fn publish_reply(
         &mut self,
-        batch: &Batch,
+        batch: &FlushBatch,
         content: &str,
     ) -> Result<Option<Event>, HarnessError> {
         let Some(trigger) = batch.last_event() else {
             return Ok(None);
         };
-        self.publish_in_thread(&batch.scope, trigger, content).await
+        let others: Vec<&str> = batch
+            .events
+            .iter()
+            .filter(|e| e.id != trigger.id)
+            .map(|e| e.id.as_str())
+            .collect();
+        self.publish_in_thread(&batch.scope, trigger, &others, content)
+            .await
     }
 
     async fn publish_in_thread(
         &mut self,
         scope: &SessionScope,
         trigger: &Event,
+        also_answers: &[&str],
         content: &str,
     ) -> Result<Option<Event>, HarnessError> {
         if content.is_empty() {
             tracing::warn!(event_id = %trigger.id, "agent produced no text; nothing published");
             return Ok(None);
+        }
+        if let Some(existing) = self.relay.reply_by(&self.config.agent_pubkey, &trigger.id) {
+            tracing::warn!(event_id = %trigger.id, reply_id = %existing.id, "already answered; not publishing a second reply");
+            return Ok(Some(existing.clone()));
         }
         let root = scope
             .root_event_id()
@@ -583,18 +736,21 @@ impl<R: Relay> Harness<R> {
             .unwrap_or_else(|| trigger.id.clone());
         // A reply never predates its trigger, whatever the clocks say.
         let created_at = now_unix().max(trigger.created_at + 1);
-        let reply = EventBuilder::message(&self.config.agent_pubkey, scope.channel_id(), content)
-            .created_at(created_at)
-            .thread(&root, &trigger.id)
-            .mention(&trigger.pubkey)
-            .build();
+        let reply = also_answers.iter().fold(
+            EventBuilder::message(&self.config.agent_pubkey, scope.channel_id(), content)
+                .created_at(created_at)
+                .thread(&root, &trigger.id),
+            |builder, id| builder.also_answers(id),
+        );
+        let reply = reply.mention(&trigger.pubkey).build();
         self.relay.publish(&reply).await?;
         Ok(Some(reply))
     }
 
     async fn flush_notices(&mut self) -> Result<(), HarnessError> {
         for (scope, trigger, notice) in std::mem::take(&mut self.pending_notices) {
-            self.publish_in_thread(&scope, &trigger, &notice).await?;
+            self.publish_in_thread(&scope, &trigger, &[], &notice)
+                .await?;
         }
         Ok(())
     }
@@ -650,7 +806,7 @@ impl<R: Relay> Harness<R> {
         let deadline = Instant::now() + SHUTDOWN_GRACE;
         while !self.turns.is_empty() {
             match tokio::time::timeout_at(deadline, self.turns.join_next_with_id()).await {
-                Ok(Some(joined)) => self.handle_turn_end(joined).await?,
+                Ok(Some(joined)) => self.handle_prompt_result(joined).await?,
                 Ok(None) => break,
                 Err(_) => {
                     tracing::warn!(
@@ -673,8 +829,7 @@ impl<R: Relay> Harness<R> {
             worker.acp.shutdown().await;
         }
         self.flush_notices().await?;
-        self.cursor.save()?;
-        Ok(())
+        self.save_cursor()
     }
 }
 

@@ -42,6 +42,12 @@ impl SlotCircuit {
         now + backoff(self.consecutive)
     }
 
+    /// Whether the circuit opened (the slot used up its quick attempts) and
+    /// no turn has completed on the slot since.
+    pub fn is_open(&self) -> bool {
+        self.half_open
+    }
+
     /// A spawned worker completed a turn: the slot is healthy again.
     pub fn record_success(&mut self) {
         self.consecutive = 0;

@@ -27,18 +27,18 @@ use tokio::time::Instant;
 
 use crate::acp::{AcpClient, AcpError, NewSessionParams, TurnEnd, TurnLimits, TurnOutput};
 use crate::config::{CONFIG_RPC_TIMEOUT, Config, OWNER_HOLD, PermissionMode};
-use crate::context::{ContextWindow, PromptInput, context_delta, format_prompt};
+use crate::context::{ContextWindow, PromptInput, conversation_context_delta, format_prompt};
 use crate::lifecycle::SlotCircuit;
 use crate::observer::Observer;
-use crate::queue::Batch;
+use crate::queue::FlushBatch;
 use crate::relay::{ChannelId, ChannelInfo, Event};
 use crate::scope::SessionScope;
 
-/// What a live session has been shown, per scope (upstream's
-/// `ChannelDeliveryState`). Created empty with the session; cleared by every
-/// invalidation.
+/// What a live session has been shown, per scope (named after upstream's
+/// type, which predates thread scopes). Created empty with the session;
+/// cleared by every invalidation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DeliveryState {
+pub struct ChannelDeliveryState {
     /// A legacy agent (no system-prompt capability) already got the standing
     /// context in a user message.
     pub standing_context_sent: bool,
@@ -70,7 +70,7 @@ pub struct TurnUsage {
 #[derive(Debug, Default)]
 pub struct SessionState {
     sessions: HashMap<SessionScope, String>,
-    deliveries: HashMap<SessionScope, DeliveryState>,
+    deliveries: HashMap<SessionScope, ChannelDeliveryState>,
     turn_counts: HashMap<SessionScope, u32>,
     usage: HashMap<SessionScope, Option<u64>>,
 }
@@ -96,7 +96,7 @@ impl SessionState {
     ) {
         self.sessions.insert(scope.clone(), session_id.to_string());
         self.deliveries
-            .insert(scope.clone(), DeliveryState::default());
+            .insert(scope.clone(), ChannelDeliveryState::default());
         self.turn_counts.insert(scope.clone(), 0);
         self.usage.insert(
             scope.clone(),
@@ -142,7 +142,7 @@ impl SessionState {
     }
 
     /// What the live session of `scope` has been shown.
-    pub fn delivery(&self, scope: &SessionScope) -> Option<&DeliveryState> {
+    pub fn delivery(&self, scope: &SessionScope) -> Option<&ChannelDeliveryState> {
         self.deliveries.get(scope)
     }
 
@@ -437,14 +437,27 @@ impl<W: PoolWorker> AgentPool<W> {
                 self.slots[i] = Slot::Idle(Box::new(worker));
                 true
             }
-            Err(e) => {
-                tracing::warn!(slot = i, error = %e, "agent spawn failed");
+            Err(_) => {
                 self.slots[i] = Slot::Backoff {
                     until: self.circuits[i].record_crash(now),
                 };
                 false
             }
         }
+    }
+
+    /// Whether slot `i`'s circuit is open (its quick respawns are used up).
+    pub fn circuit_open(&self, i: usize) -> bool {
+        self.circuits.get(i).is_some_and(SlotCircuit::is_open)
+    }
+
+    /// Every slot is backing off with its circuit open: no worker can start
+    /// before a cooldown ends.
+    pub fn all_circuits_open(&self) -> bool {
+        self.slots
+            .iter()
+            .zip(&self.circuits)
+            .all(|(slot, circuit)| matches!(slot, Slot::Backoff { .. }) && circuit.is_open())
     }
 
     /// The worker of slot `i` died during a turn (it was checked out).
@@ -684,7 +697,7 @@ pub struct PromptResult {
     /// The worker (always returned, alive or not).
     pub agent: Box<OwnedAgent>,
     /// The batch the turn served.
-    pub batch: Batch,
+    pub batch: FlushBatch,
     /// How it ended.
     pub outcome: PromptOutcome,
 }
@@ -745,7 +758,7 @@ pub async fn create_session_and_apply_model(
         system_prompt: Some(ctx.system_prompt.clone()),
         meta: session_meta(ctx, scope, &input.channel),
     };
-    let new = agent.acp.session_new(params).await?;
+    let new = agent.acp.session_new_full(params).await?;
     let model = match agent.desired_model.clone() {
         Some(desired) => {
             apply_select(
@@ -842,7 +855,7 @@ async fn apply_select(
     }
     match agent
         .acp
-        .set_config_option(session_id, option.id.0.as_ref(), value, CONFIG_RPC_TIMEOUT)
+        .session_set_config_option(session_id, option.id.0.as_ref(), value, CONFIG_RPC_TIMEOUT)
         .await
     {
         Ok(()) => Ok(Some(value.to_string())),
@@ -857,7 +870,7 @@ async fn apply_select(
 /// One turn on a checked-out worker. Always hands the worker back.
 pub async fn run_prompt_task(
     mut agent: Box<OwnedAgent>,
-    batch: Batch,
+    batch: FlushBatch,
     ctx: Arc<PromptContext>,
     input: TurnInput,
     mut control: mpsc::Receiver<ControlSignal>,
@@ -879,7 +892,7 @@ fn classify_failure(e: AcpError) -> PromptOutcome {
 
 async fn run_turn(
     agent: &mut OwnedAgent,
-    batch: &Batch,
+    batch: &FlushBatch,
     ctx: &PromptContext,
     input: &TurnInput,
     control: &mut mpsc::Receiver<ControlSignal>,
@@ -902,7 +915,7 @@ async fn run_turn(
     };
 
     let delivered = agent.state.delivery(scope).cloned().unwrap_or_default();
-    let delta = context_delta(
+    let delta = conversation_context_delta(
         input.window.as_ref(),
         &delivered.delivered_event_ids,
         &batch.events,
@@ -934,7 +947,7 @@ async fn run_turn(
 
     let end = agent
         .acp
-        .prompt(&session_id, text, ctx.limits, control)
+        .session_prompt_with_idle_timeout(&session_id, text, ctx.limits, control)
         .await;
     match end {
         Ok(TurnEnd::Completed(output)) => complete_turn(
@@ -1039,7 +1052,7 @@ async fn run_initial_message(
     let (_tx, mut rx) = mpsc::channel::<()>(1);
     match agent
         .acp
-        .prompt(session_id, text.to_string(), ctx.limits, &mut rx)
+        .session_prompt_with_idle_timeout(session_id, text.to_string(), ctx.limits, &mut rx)
         .await?
     {
         TurnEnd::Completed(_) | TurnEnd::Interrupted { .. } => Ok(()),

@@ -1,8 +1,9 @@
-//! The per-scope event queue: at most one turn in flight per scope.
+//! The per-scope event queue (upstream's `EventQueue`): at most one turn in
+//! flight per scope.
 //!
 //! Admitted events wait in a FIFO partition per [`SessionScope`]. When a scope
 //! has no turn in flight, everything pending for it is flushed as one
-//! [`Batch`]. A failed batch goes back to the *front* of its partition, ahead of
+//! [`FlushBatch`]. A failed batch goes back to the *front* of its partition, ahead of
 //! anything that arrived meanwhile, so ordering inside a scope is preserved.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -12,7 +13,7 @@ use crate::scope::SessionScope;
 
 /// The triggering events of one turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Batch {
+pub struct FlushBatch {
     /// The scope every event of the batch belongs to.
     pub scope: SessionScope,
     /// The triggering events, oldest first.
@@ -23,7 +24,7 @@ pub struct Batch {
     pub steered: bool,
 }
 
-impl Batch {
+impl FlushBatch {
     /// The channel of the batch.
     pub fn channel_id(&self) -> &ChannelId {
         self.scope.channel_id()
@@ -49,14 +50,14 @@ struct Partition {
 
 /// Pending work, partitioned by scope.
 #[derive(Debug, Default)]
-pub struct ScopeQueue {
+pub struct EventQueue {
     partitions: HashMap<SessionScope, Partition>,
     /// Scopes with pending work, in the order they first became pending.
     order: VecDeque<SessionScope>,
     in_flight: HashSet<SessionScope>,
 }
 
-impl ScopeQueue {
+impl EventQueue {
     /// An empty queue.
     pub fn new() -> Self {
         Self::default()
@@ -76,7 +77,7 @@ impl ScopeQueue {
 
     /// Puts a batch back at the front of its partition (after a failure or a
     /// steer), keeping its attempt count.
-    pub fn requeue_front(&mut self, batch: Batch) {
+    pub fn requeue_front(&mut self, batch: FlushBatch) {
         let partition = self.partitions.entry(batch.scope.clone()).or_default();
         if partition.events.is_empty() {
             self.order.push_front(batch.scope.clone());
@@ -101,7 +102,7 @@ impl ScopeQueue {
 
     /// Takes everything pending for `scope` as one batch and marks the scope
     /// in flight. `None` when nothing is pending or a turn is in flight.
-    pub fn take_batch(&mut self, scope: &SessionScope) -> Option<Batch> {
+    pub fn take_batch(&mut self, scope: &SessionScope) -> Option<FlushBatch> {
         if self.in_flight.contains(scope) {
             return None;
         }
@@ -111,7 +112,7 @@ impl ScopeQueue {
             return None;
         }
         self.in_flight.insert(scope.clone());
-        Some(Batch {
+        Some(FlushBatch {
             scope: scope.clone(),
             events: partition.events.into(),
             attempts: partition.attempts,
@@ -171,7 +172,7 @@ mod tests {
 
     #[test]
     fn one_batch_per_scope_and_no_second_batch_while_in_flight() {
-        let mut q = ScopeQueue::new();
+        let mut q = EventQueue::new();
         let a = scope("a");
         q.push(a.clone(), ev("1", 1));
         q.push(a.clone(), ev("2", 2));
@@ -186,7 +187,7 @@ mod tests {
 
     #[test]
     fn requeued_batch_goes_first_and_keeps_attempts() {
-        let mut q = ScopeQueue::new();
+        let mut q = EventQueue::new();
         let a = scope("a");
         q.push(a.clone(), ev("1", 1));
         let mut batch = q.take_batch(&a).unwrap();
@@ -208,7 +209,7 @@ mod tests {
 
     #[test]
     fn scopes_are_independent_and_fifo() {
-        let mut q = ScopeQueue::new();
+        let mut q = EventQueue::new();
         q.push(scope("a"), ev("a1", 1));
         q.push(scope("b"), ev("b1", 2));
         assert_eq!(q.ready_scopes(), vec![scope("a"), scope("b")]);
@@ -219,7 +220,7 @@ mod tests {
 
     #[test]
     fn duplicate_events_are_queued_once() {
-        let mut q = ScopeQueue::new();
+        let mut q = EventQueue::new();
         let e = ev("x", 1);
         q.push(scope("a"), e.clone());
         q.push(scope("a"), e);

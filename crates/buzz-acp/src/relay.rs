@@ -20,6 +20,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::eventlog::{self, LogLine, TAIL_CHECK_BYTES, TailCheck};
+pub use crate::eventlog::{Divergence, FileIdentity, LogPosition};
+
 /// Kind of a channel (stream) message.
 pub const KIND_STREAM_MESSAGE: u32 = 9;
 /// Kind of an edit of an earlier message.
@@ -202,6 +205,21 @@ impl Event {
             .filter_map(|t| t.get(1).map(String::as_str))
     }
 
+    /// Ids of the events this one answers: its `reply` marker and every
+    /// `mention` marker (a reply that answers several triggers at once names
+    /// the newest as `reply` and the others as `mention`). Lowercased; markers
+    /// whose id is not 64 hex characters are ignored.
+    pub fn answered_ids(&self) -> Vec<String> {
+        self.tags
+            .iter()
+            .filter(|t| t.first().map(String::as_str) == Some("e"))
+            .filter(|t| matches!(t.get(3).map(String::as_str), Some("reply" | "mention")))
+            .filter_map(|t| t.get(1))
+            .filter(|id| is_event_id(id))
+            .map(|id| id.to_ascii_lowercase())
+            .collect()
+    }
+
     /// Whether this event removes `pubkey` from its channel.
     pub fn removes_member(&self, pubkey: &str) -> bool {
         self.kind == KIND_REMOVE_MEMBER && self.mentions(pubkey)
@@ -263,6 +281,12 @@ impl EventBuilder {
     pub fn thread(self, root: &str, parent: &str) -> Self {
         self.tag(&["e", root, "", "root"])
             .tag(&["e", parent, "", "reply"])
+    }
+
+    /// Names one more event this one answers (an `e` tag marked `mention`),
+    /// for a reply that answers several triggers at once.
+    pub fn also_answers(self, event_id: &str) -> Self {
+        self.tag(&["e", event_id, "", "mention"])
     }
 
     /// Mentions `pubkey`.
@@ -347,18 +371,56 @@ pub struct Incoming {
     pub end: u64,
     /// The parsed event, or why the line was rejected.
     pub event: Result<Event, String>,
+    /// The relay already delivered an event with this id in this run: a
+    /// duplicate line, or a line read again after the log was truncated or
+    /// replaced.
+    pub replayed: bool,
+    /// The line lies before the position the subscription resumed from (see
+    /// [`Relay::resume_from`]): an earlier run read it.
+    pub before_resume: bool,
+}
+
+/// The log stopped matching what was read before, and was read again from
+/// its start; events are then told apart by id, not by offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reset {
+    /// What changed.
+    pub divergence: Divergence,
+    /// Found against the resume position at startup (else: while running).
+    pub at_startup: bool,
+    /// At startup: the bytes read before were found again in the file, and
+    /// the lines up to them count as read before.
+    pub anchored: bool,
+}
+
+/// What one poll read.
+#[derive(Debug, Default)]
+pub struct Poll {
+    /// New lines, in log order.
+    pub lines: Vec<Incoming>,
+    /// Set when the log had to be read again from its start.
+    pub reset: Option<Reset>,
 }
 
 /// The relay operations the event loop needs.
 pub trait Relay: Send {
+    /// Tells the subscription where an earlier run stopped reading (from the
+    /// processed-event cursor), before the first poll. Lines before it come
+    /// back with [`Incoming::before_resume`] set, when the log still matches.
+    fn resume_from(&mut self, position: Option<LogPosition>);
     /// Reads events that arrived since the last poll (the subscription).
-    fn poll(&mut self) -> impl Future<Output = Result<Vec<Incoming>, RelayError>> + Send;
+    fn poll(&mut self) -> impl Future<Output = Result<Poll, RelayError>> + Send;
+    /// How far the subscription has read, to be persisted with the cursor.
+    fn position(&self) -> Option<LogPosition>;
     /// Publishes an event authored by the harness.
     fn publish(&mut self, event: &Event) -> impl Future<Output = Result<(), RelayError>> + Send;
     /// Every known event of a channel, oldest first (the history for context).
     fn history(&self, channel: &ChannelId) -> Vec<&Event>;
     /// Looks up one event by id.
     fn find(&self, id: &str) -> Option<&Event>;
+    /// An event by `author` that answers `trigger_id` (names it with an `e`
+    /// tag marked `reply` or `mention`), if the relay holds one.
+    fn reply_by(&self, author: &str, trigger_id: &str) -> Option<&Event>;
     /// Channel metadata; [`ChannelInfo::unresolved`] when unknown.
     fn channel_info(&self, channel: &ChannelId) -> ChannelInfo;
     /// A stable identity of this relay (durable state is scoped by it).
@@ -372,10 +434,24 @@ pub struct FileRelay {
     identity: String,
     events_path: PathBuf,
     channels_path: PathBuf,
+    /// Bytes of the events file consumed so far (complete lines only).
     read_offset: u64,
+    /// Whether the events file was opened in this run (the fields below
+    /// describe it).
+    opened: bool,
+    /// Identity of the file `read_offset` belongs to.
+    file: Option<FileIdentity>,
+    /// The last bytes consumed (at most [`TAIL_CHECK_BYTES`]): compared with
+    /// the file before every read, so a rewrite is noticed even when the file
+    /// grew back past `read_offset`.
+    tail: Vec<u8>,
+    /// Where an earlier run stopped; consumed by the first read.
+    resume: Option<LogPosition>,
     events: Vec<Event>,
     by_id: HashMap<String, usize>,
     by_channel: HashMap<ChannelId, Vec<usize>>,
+    /// Trigger id → events answering it (`e` tags marked reply or mention).
+    answers: HashMap<String, Vec<usize>>,
     channels: HashMap<ChannelId, ChannelInfo>,
     channels_mtime: Option<std::time::SystemTime>,
 }
@@ -397,9 +473,14 @@ impl FileRelay {
             channels_path: canonical.join("channels.json"),
             dir: canonical,
             read_offset: 0,
+            opened: false,
+            file: None,
+            tail: Vec::new(),
+            resume: None,
             events: Vec::new(),
             by_id: HashMap::new(),
             by_channel: HashMap::new(),
+            answers: HashMap::new(),
             channels: HashMap::new(),
             channels_mtime: None,
         };
@@ -444,116 +525,199 @@ impl FileRelay {
         Ok(())
     }
 
-    /// Reads complete lines appended since the last read.
-    fn read_new_lines(&mut self) -> Result<Vec<Incoming>, RelayError> {
+    /// Reads complete lines appended since the last read. When the file no
+    /// longer holds what was read from it (rotated, truncated, rewritten), it
+    /// is read again from its start and the reset is reported.
+    fn read_new_lines(&mut self) -> Result<(Vec<Incoming>, Option<Reset>), RelayError> {
         let io = |source| RelayError::Io {
             path: self.events_path.clone(),
             source,
         };
         let mut file = match File::open(&self.events_path) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), None)),
             Err(e) => return Err(io(e)),
         };
-        let len = file.metadata().map_err(io)?.len();
-        if len < self.read_offset {
-            // The file was truncated or replaced: never re-read from a bogus
-            // offset. Keep what we have; new data will be read from the end.
-            tracing::warn!(
-                path = %self.events_path.display(),
-                "relay file shrank; ignoring content before its new end"
-            );
-            self.read_offset = len;
-            return Ok(Vec::new());
+        let meta = file.metadata().map_err(io)?;
+        let identity = file_identity(&meta);
+        let mut reset = None;
+        if self.opened
+            && let Some(divergence) = self
+                .divergence(&mut file, identity, meta.len())
+                .map_err(io)?
+        {
+            reset = Some(Reset {
+                divergence,
+                at_startup: false,
+                anchored: false,
+            });
+            self.read_offset = 0;
+            self.tail.clear();
         }
+        self.opened = true;
+        self.file = identity;
+
         file.seek(SeekFrom::Start(self.read_offset)).map_err(io)?;
         let mut buf = Vec::new();
         file.read_to_end(&mut buf).map_err(io)?;
-        let mut out = Vec::new();
-        let mut start = 0usize;
-        while let Some(pos) = buf[start..].iter().position(|&b| b == b'\n') {
-            let line = &buf[start..start + pos];
-            let offset = self.read_offset + start as u64;
-            let end = offset + pos as u64 + 1;
-            start += pos + 1;
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            out.push(Incoming {
+        let resume = if self.read_offset == 0 {
+            self.resume.take()
+        } else {
+            None
+        };
+        let read_before = match resume {
+            None => None,
+            Some(position) => match eventlog::verify(&position, identity, buf.len() as u64, &buf) {
+                Ok(()) => Some(position.offset),
+                Err(divergence) => {
+                    let anchor = position
+                        .tail
+                        .as_ref()
+                        .and_then(|tail| eventlog::find_anchor(&buf, tail));
+                    reset = Some(Reset {
+                        divergence,
+                        at_startup: true,
+                        anchored: anchor.is_some(),
+                    });
+                    anchor
+                }
+            },
+        };
+        let (lines, consumed) = eventlog::split_lines(&buf, self.read_offset);
+        self.tail.extend_from_slice(&buf[..consumed]);
+        let excess = self.tail.len().saturating_sub(TAIL_CHECK_BYTES);
+        self.tail.drain(..excess);
+        self.read_offset += consumed as u64;
+        let incoming = lines
+            .into_iter()
+            .map(|LogLine { offset, end, event }| Incoming {
                 offset,
                 end,
-                event: parse_event_line(line),
-            });
-        }
-        // A trailing line without newline is still being written: leave it.
-        let tail = buf.len() - start;
-        if tail > MAX_EVENT_LINE_BYTES {
-            let offset = self.read_offset + start as u64;
-            let end = self.read_offset + buf.len() as u64;
-            out.push(Incoming {
-                offset,
-                end,
-                event: Err(format!(
-                    "unterminated line of {tail} bytes exceeds {MAX_EVENT_LINE_BYTES}"
-                )),
-            });
-            start = buf.len();
-        }
-        self.read_offset += start as u64;
-        Ok(out)
+                event,
+                replayed: false,
+                before_resume: read_before.is_some_and(|until| end <= until),
+            })
+            .collect();
+        Ok((incoming, reset))
     }
 
-    fn index(&mut self, event: &Event) {
+    /// What changed, if the file now at the path no longer holds what was
+    /// read from it.
+    fn divergence(
+        &self,
+        file: &mut File,
+        identity: Option<FileIdentity>,
+        len: u64,
+    ) -> std::io::Result<Option<Divergence>> {
+        if let (Some(then), Some(now)) = (self.file, identity)
+            && then != now
+        {
+            return Ok(Some(Divergence::Replaced));
+        }
+        if len < self.read_offset {
+            return Ok(Some(Divergence::Shorter { len }));
+        }
+        if self.tail.is_empty() {
+            return Ok(None);
+        }
+        let mut now = vec![0u8; self.tail.len()];
+        file.seek(SeekFrom::Start(self.read_offset - self.tail.len() as u64))?;
+        file.read_exact(&mut now)?;
+        Ok((now != self.tail).then_some(Divergence::Rewritten))
+    }
+
+    /// Indexes an event; returns false when its id was already known.
+    fn index(&mut self, event: &Event) -> bool {
         if self.by_id.contains_key(&event.id) {
-            return;
+            return false;
         }
         let idx = self.events.len();
         self.by_id.insert(event.id.clone(), idx);
         if let Some(channel) = event.channel_id() {
             self.by_channel.entry(channel).or_default().push(idx);
         }
+        for answered in event.answered_ids() {
+            self.answers.entry(answered).or_default().push(idx);
+        }
         self.events.push(event.clone());
+        true
     }
 }
 
-fn parse_event_line(line: &[u8]) -> Result<Event, String> {
-    if line.len() > MAX_EVENT_LINE_BYTES {
-        return Err(format!(
-            "line of {} bytes exceeds {MAX_EVENT_LINE_BYTES}",
-            line.len()
-        ));
-    }
-    let event: Event = serde_json::from_slice(line).map_err(|e| format!("not an event: {e}"))?;
-    if !is_event_id(&event.id) {
-        return Err(format!("event id {:?} is not 64 hex characters", event.id));
-    }
-    if !is_event_id(&event.pubkey) {
-        return Err(format!(
-            "pubkey {:?} is not 64 hex characters",
-            event.pubkey
-        ));
-    }
-    Ok(Event {
-        id: event.id.to_ascii_lowercase(),
-        pubkey: event.pubkey.to_ascii_lowercase(),
-        ..event
+/// Device and inode of the events file.
+#[cfg(unix)]
+fn file_identity(meta: &fs::Metadata) -> Option<FileIdentity> {
+    use std::os::unix::fs::MetadataExt as _;
+    Some(FileIdentity {
+        device: meta.dev(),
+        inode: meta.ino(),
     })
 }
 
+/// No inodes here: rotation is detected by length and content only.
+#[cfg(not(unix))]
+fn file_identity(_meta: &fs::Metadata) -> Option<FileIdentity> {
+    None
+}
+
+/// Appends whole lines to `path` under its exclusive lock. A file that does
+/// not end in a newline holds a line its writer left unfinished (writers hold
+/// the lock for a whole write, so that writer died mid-line): a newline is
+/// written first, so the new lines never merge into the torn one.
+fn append_lines(path: &Path, lines: &[u8]) -> std::io::Result<()> {
+    let mut file = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)?;
+    file.lock()?;
+    let result = (|| {
+        let len = file.metadata()?.len();
+        if len > 0 {
+            let mut last = [0u8; 1];
+            file.seek(SeekFrom::Start(len - 1))?;
+            file.read_exact(&mut last)?;
+            if last[0] != b'\n' {
+                file.write_all(b"\n")?;
+            }
+        }
+        file.write_all(lines)?;
+        file.flush()
+    })();
+    let unlock = file.unlock();
+    result?;
+    unlock
+}
+
 impl Relay for FileRelay {
-    async fn poll(&mut self) -> Result<Vec<Incoming>, RelayError> {
+    fn resume_from(&mut self, position: Option<LogPosition>) {
+        self.resume = position;
+    }
+
+    async fn poll(&mut self) -> Result<Poll, RelayError> {
         if let Err(e) = self.reload_channels() {
             // A broken channels.json must not stop the subscription: keep the
             // last good metadata and say so.
             tracing::warn!(error = %e, "keeping previous channel metadata");
         }
-        let lines = self.read_new_lines()?;
-        for line in &lines {
+        let (mut lines, reset) = self.read_new_lines()?;
+        for line in &mut lines {
             if let Ok(event) = &line.event {
-                self.index(event);
+                line.replayed = !self.index(event);
             }
         }
-        Ok(lines)
+        Ok(Poll { lines, reset })
+    }
+
+    fn position(&self) -> Option<LogPosition> {
+        if !self.opened {
+            return self.resume.clone();
+        }
+        Some(LogPosition {
+            file: self.file,
+            offset: self.read_offset,
+            tail: TailCheck::of(&self.tail),
+        })
     }
 
     async fn publish(&mut self, event: &Event) -> Result<(), RelayError> {
@@ -563,19 +727,17 @@ impl Relay for FileRelay {
         };
         let mut line = serde_json::to_string(event).map_err(|e| io(std::io::Error::other(e)))?;
         line.push('\n');
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.events_path)
-            .map_err(io)?;
         // Writers (other harnesses, test drivers) take the same lock, so lines
         // never interleave.
-        file.lock().map_err(io)?;
-        let result = file.write_all(line.as_bytes()).and_then(|()| file.flush());
-        let unlock = file.unlock();
-        result.map_err(io)?;
-        unlock.map_err(io)?;
-        Ok(())
+        append_lines(&self.events_path, line.as_bytes()).map_err(io)
+    }
+
+    fn reply_by(&self, author: &str, trigger_id: &str) -> Option<&Event> {
+        self.answers
+            .get(&trigger_id.to_ascii_lowercase())?
+            .iter()
+            .map(|&i| &self.events[i])
+            .find(|e| e.pubkey.eq_ignore_ascii_case(author))
     }
 
     fn history(&self, channel: &ChannelId) -> Vec<&Event> {
@@ -616,16 +778,7 @@ pub fn append_events(dir: &Path, events: &[Event]) -> Result<(), RelayError> {
         buf.push_str(&serde_json::to_string(event).map_err(|e| io(std::io::Error::other(e)))?);
         buf.push('\n');
     }
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(io)?;
-    file.lock().map_err(io)?;
-    let result = file.write_all(buf.as_bytes()).and_then(|()| file.flush());
-    let unlock = file.unlock();
-    result.map_err(io)?;
-    unlock.map_err(io)
+    append_lines(&path, buf.as_bytes()).map_err(io)
 }
 
 /// Writes a relay directory's `channels.json`.
@@ -700,7 +853,7 @@ mod tests {
         drop(f);
 
         let mut relay = FileRelay::open(dir.path()).unwrap();
-        let first = relay.poll().await.unwrap();
+        let first = relay.poll().await.unwrap().lines;
         assert_eq!(first.len(), 2);
         assert_eq!(first[0].event.as_ref().unwrap(), &a);
         assert!(first[1].event.is_err());
@@ -714,12 +867,143 @@ mod tests {
             .created_at(2)
             .build();
         relay.publish(&b).await.unwrap();
-        let second = relay.poll().await.unwrap();
+        let second = relay.poll().await.unwrap().lines;
         assert_eq!(second.len(), 2);
         assert!(second[0].event.is_err(), "completed partial line is bad id");
         assert_eq!(second[1].event.as_ref().unwrap(), &b);
         assert_eq!(relay.history(&channel()).len(), 2);
         assert_eq!(relay.find(&b.id).unwrap().content, "two");
+    }
+
+    fn msg(text: &str, at: u64) -> Event {
+        EventBuilder::message(ALICE, &channel(), text)
+            .created_at(at)
+            .build()
+    }
+
+    fn ids(lines: &[Incoming]) -> Vec<String> {
+        lines
+            .iter()
+            .filter_map(|l| l.event.as_ref().ok().map(|e| e.content.clone()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_rotated_truncated_or_rewritten_log_is_read_again_and_known_events_are_replays() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        append_events(dir.path(), &[msg("a", 1), msg("b", 2)]).unwrap();
+        let mut relay = FileRelay::open(dir.path()).unwrap();
+        let first = relay.poll().await.unwrap();
+        assert_eq!((ids(&first.lines).len(), first.reset), (2, None));
+
+        // Rotation: a new file at the path, with one old and one new event.
+        fs::rename(&path, dir.path().join("events.jsonl.1")).unwrap();
+        append_events(dir.path(), &[msg("b", 2), msg("c", 3)]).unwrap();
+        let rotated = relay.poll().await.unwrap();
+        assert_eq!(
+            rotated.reset.map(|r| r.divergence),
+            Some(Divergence::Replaced)
+        );
+        let replayed: Vec<bool> = rotated.lines.iter().map(|l| l.replayed).collect();
+        assert_eq!(replayed, [true, false], "b was seen before, c is new");
+        assert!(relay.poll().await.unwrap().reset.is_none(), "reported once");
+
+        // Truncation, then more appended than was there before.
+        fs::write(&path, b"").unwrap();
+        append_events(dir.path(), &[msg("d", 4)]).unwrap();
+        let truncated = relay.poll().await.unwrap();
+        assert!(matches!(
+            truncated.reset.map(|r| r.divergence),
+            Some(Divergence::Shorter { .. })
+        ));
+        assert_eq!(ids(&truncated.lines), ["d"]);
+
+        // Rewritten in place to a longer file: same inode, new bytes.
+        let rewritten: String = [msg("e", 5), msg("f", 6), msg("g", 7)]
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap() + "\n")
+            .collect();
+        let mut f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all(rewritten.as_bytes()).unwrap();
+        drop(f);
+        let again = relay.poll().await.unwrap();
+        assert_eq!(
+            again.reset.map(|r| r.divergence),
+            Some(Divergence::Rewritten)
+        );
+        assert_eq!(ids(&again.lines), ["e", "f", "g"]);
+    }
+
+    #[tokio::test]
+    async fn a_resume_position_covers_what_was_read_only_while_the_log_matches_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        append_events(dir.path(), &[msg("a", 1), msg("b", 2)]).unwrap();
+        let mut first = FileRelay::open(dir.path()).unwrap();
+        first.poll().await.unwrap();
+        let position = first.position().unwrap();
+        append_events(dir.path(), &[msg("c", 3)]).unwrap();
+
+        let mut same = FileRelay::open(dir.path()).unwrap();
+        same.resume_from(Some(position.clone()));
+        let poll = same.poll().await.unwrap();
+        assert_eq!(poll.reset, None);
+        let before: Vec<bool> = poll.lines.iter().map(|l| l.before_resume).collect();
+        assert_eq!(before, [true, true, false]);
+
+        // The position is past the end of a shorter file: nothing is covered.
+        fs::write(&path, b"").unwrap();
+        append_events(dir.path(), &[msg("x", 9)]).unwrap();
+        let mut shorter = FileRelay::open(dir.path()).unwrap();
+        shorter.resume_from(Some(position.clone()));
+        let poll = shorter.poll().await.unwrap();
+        let reset = poll.reset.unwrap();
+        assert!(reset.at_startup && !reset.anchored);
+        assert!(matches!(reset.divergence, Divergence::Shorter { .. }));
+        assert!(poll.lines.iter().all(|l| !l.before_resume));
+
+        // A copy keeps what was read, after a new prefix: the anchor covers it.
+        let copy: String = [msg("new", 0), msg("a", 1), msg("b", 2), msg("c", 3)]
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap() + "\n")
+            .collect();
+        fs::remove_file(&path).unwrap();
+        fs::write(&path, copy).unwrap();
+        let mut copied = FileRelay::open(dir.path()).unwrap();
+        copied.resume_from(Some(position));
+        let poll = copied.poll().await.unwrap();
+        let reset = poll.reset.unwrap();
+        assert!(reset.anchored, "{reset:?}");
+        let before: Vec<bool> = poll.lines.iter().map(|l| l.before_resume).collect();
+        assert_eq!(before, [true, true, true, false]);
+    }
+
+    #[tokio::test]
+    async fn writers_start_a_new_line_after_a_torn_one_and_replies_are_indexed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let a = msg("a", 1);
+        append_events(dir.path(), std::slice::from_ref(&a)).unwrap();
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"id\":\"dead writer").unwrap();
+        drop(f);
+        let mut relay = FileRelay::open(dir.path()).unwrap();
+        assert_eq!(ids(&relay.poll().await.unwrap().lines), ["a"]);
+
+        let answer = EventBuilder::message(ALICE, &channel(), "done")
+            .created_at(2)
+            .thread(&a.id, &a.id)
+            .also_answers(&"f".repeat(64))
+            .build();
+        relay.publish(&answer).await.unwrap();
+        let lines = relay.poll().await.unwrap().lines;
+        assert_eq!(lines.len(), 2);
+        assert!(lines[0].event.is_err(), "the torn fragment is its own line");
+        assert_eq!(lines[1].event.as_ref().unwrap(), &answer);
+        assert_eq!(relay.reply_by(ALICE, &a.id), Some(&answer));
+        assert_eq!(relay.reply_by(ALICE, &"F".repeat(64)), Some(&answer));
+        assert_eq!(relay.reply_by(&"c".repeat(64), &a.id), None);
     }
 
     #[test]

@@ -194,6 +194,37 @@ impl Scenario {
             .find(|r| r.thread_refs().reply.as_deref() == Some(event_id))
     }
 
+    /// How many of the agent's events in the relay answer `event_id` (as
+    /// its reply, or as one more trigger of a batch).
+    pub fn answers_to(&self, event_id: &str) -> usize {
+        self.replies()
+            .iter()
+            .filter(|r| r.answered_ids().iter().any(|id| id == event_id))
+            .count()
+    }
+
+    /// The relay's `events.jsonl`.
+    pub fn events_path(&self) -> PathBuf {
+        self.relay_dir.join("events.jsonl")
+    }
+
+    /// Releases a test-agent prompt held by `!gate:<name>`.
+    pub fn open_gate(&self, name: &str) -> std::io::Result<()> {
+        let gates = self.agent_state_dir.join("gates");
+        std::fs::create_dir_all(&gates)?;
+        std::fs::write(gates.join(name), b"open\n")
+    }
+
+    /// The harness's processed-event cursor file (it may not exist yet).
+    pub fn cursor_path(&self) -> std::io::Result<PathBuf> {
+        let relay = std::fs::canonicalize(&self.relay_dir)?;
+        Ok(crate::cursor::cursor_path(
+            &self.state_dir,
+            AGENT,
+            &format!("file://{}", relay.display()),
+        ))
+    }
+
     /// The agent command line for the test agent at `agent_bin`.
     pub fn agent_command(&self, agent_bin: &Path, agent_args: &[&str]) -> String {
         let mut parts = vec![
@@ -283,11 +314,13 @@ impl Scenario {
         agent_command: &str,
         extra: &[&str],
     ) -> std::io::Result<Running> {
-        let log = std::fs::File::create(self.root.join(format!("harness-{}.log", self.clock)))?;
+        let log_path = self.root.join(format!("harness-{}.log", self.clock));
+        let log = std::fs::File::create(&log_path)?;
         let mut cmd = self.harness_command(harness_bin, agent_command, extra);
         cmd.stdout(Stdio::null()).stderr(log);
         Ok(Running {
             child: cmd.spawn()?,
+            log_path,
         })
     }
 
@@ -321,6 +354,7 @@ impl Scenario {
 #[derive(Debug)]
 pub struct Running {
     child: Child,
+    log_path: PathBuf,
 }
 
 impl Running {
@@ -334,6 +368,18 @@ impl Running {
             self.child.kill()?;
         }
         self.child.wait()
+    }
+
+    /// Kills the harness with SIGKILL (no cleanup of its own can run) and
+    /// reaps it.
+    pub fn kill(mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.child.kill()?;
+        self.child.wait()
+    }
+
+    /// The file its stderr (the log) goes to.
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
     }
 
     /// The child's pid.

@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::clock::Moment;
-use crate::effect::{Effect, Persist};
+use crate::effect::{Effect, Notice, Persist};
 use crate::gate::RestoreMethod;
 use crate::lifecycle::{Lifecycle, LifecycleConfig, RunningRoute};
 use crate::pending::Batch;
@@ -113,6 +113,7 @@ pub type RecordSink = Box<dyn Fn(&str, Value) + Send>;
 pub struct Driver<K, I> {
     lifecycle: Lifecycle<K, I>,
     deferred: Vec<Effect<K, I>>,
+    notices: Vec<Notice<K, I>>,
     store: Box<dyn ReceiptStore>,
     mailbox: Mailbox<K>,
     records: RecordSink,
@@ -142,6 +143,7 @@ impl<K: Scope, I: Input> Driver<K, I> {
         Driver {
             lifecycle: Lifecycle::new(config),
             deferred: Vec::new(),
+            notices: Vec::new(),
             store,
             mailbox,
             records,
@@ -284,6 +286,13 @@ impl<K: Scope, I: Input> Driver<K, I> {
         self.lifecycle.shutdown();
     }
 
+    /// Input the lifecycle holds for a later turn (waiting for a worker or a restore retry).
+    /// Upstream's queue is empty between dispatches, so whatever asks "is work waiting?" (the
+    /// idle pool sleep, the inactivity exit, `--once` giving up on agents) must count this too.
+    pub fn waiting(&self) -> usize {
+        self.lifecycle.pending_total()
+    }
+
     /// See [`Lifecycle::settling`].
     pub fn settling(&self) -> Vec<(K, usize)> {
         self.lifecycle.settling()
@@ -300,10 +309,33 @@ impl<K: Scope, I: Input> Driver<K, I> {
                     let (kind, fields) = record.observer_event();
                     (self.records)(&kind, fields);
                 }
+                Effect::Notice {
+                    scope,
+                    trigger,
+                    text,
+                } => self.notices.push(Notice {
+                    scope,
+                    trigger,
+                    text,
+                }),
                 other => out.push(other),
             }
         }
         out
+    }
+
+    /// Notices decided so far, in order, to be posted in their threads (taken out of
+    /// [`Driver::take_effects`]; posted where the harness publishes).
+    ///
+    /// A notice is about a message that is still waiting for its answer. Where replies are
+    /// exactly-once (an agent event that names a message as the one it replies to *is* that
+    /// message's answer), a notice must not name its trigger that way, or the real answer would
+    /// never be published and a restart would skip the message.
+    pub fn take_notices(&mut self) -> Vec<Notice<K, I>> {
+        // Every effect decided so far passes through `take_effects` (which sorts the notices
+        // out); the others stay queued, in order, for the harness's next `take_effects`.
+        self.deferred = self.take_effects();
+        std::mem::take(&mut self.notices)
     }
 
     /// Hands an effect back that cannot run yet (a release whose worker is busy): it comes out of

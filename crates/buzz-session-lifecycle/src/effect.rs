@@ -31,17 +31,30 @@ pub enum Effect<K, I> {
         /// The worker is alive: the session should be closed, not only forgotten.
         close: bool,
     },
-    /// Post `text` in the scope's thread as a reply to `trigger`.
+    /// Post `text` in the scope's thread, about `trigger`. A notice is never the answer to
+    /// `trigger`: the message still waits for one, so the notice must not be published in a way
+    /// that marks it answered (see [`crate::Driver::take_notices`]).
     Notice {
         /// The scope.
         scope: K,
-        /// The message the notice answers.
+        /// The message the notice is about (not yet answered).
         trigger: I,
         /// The text.
         text: String,
     },
     /// Record a telemetry event (the observer stream).
     Record(Record),
+}
+
+/// A notice to post in a scope's thread: [`Effect::Notice`] as the driver hands it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice<K, I> {
+    /// The scope.
+    pub scope: K,
+    /// The message the notice is about (not yet answered).
+    pub trigger: I,
+    /// The text.
+    pub text: String,
 }
 
 /// A write to the receipt store.

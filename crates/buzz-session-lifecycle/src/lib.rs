@@ -44,7 +44,7 @@ mod pending;
 pub use buzz_session_store as store;
 pub use clock::Moment;
 pub use driver::{Driver, Mailbox};
-pub use effect::{Effect, Persist, Record};
+pub use effect::{Effect, Notice, Persist, Record};
 pub use gate::{AgentCaps, RestoreMethod, restore_method};
 pub use lifecycle::{Lifecycle, LifecycleConfig, RunningRoute};
 pub use pending::{Batch, Seq};

@@ -1,6 +1,7 @@
 //! Shared helpers for the baseline's end-to-end tests: the real `buzz-acp`
 //! binary against the real `acp-test-agent` binary through a file relay.
-#![allow(dead_code)]
+// Each test target uses a different subset of these helpers.
+#![allow(dead_code, unused_imports)]
 
 use std::path::PathBuf;
 use std::time::Duration;
