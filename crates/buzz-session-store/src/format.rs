@@ -98,6 +98,7 @@ pub(crate) fn decode(
     if found != *expected {
         return Err(Problem::Foreign { found });
     }
+    let predates_requested = records_without_requested_fields(&value);
     let file: StoreFile =
         serde_json::from_value(value).map_err(|e| Problem::Malformed(e.to_string()))?;
 
@@ -116,10 +117,34 @@ pub(crate) fn decode(
         } else if record.session_id.trim().is_empty() {
             dropped.push(Dropped::EmptySessionId { key: raw_key });
         } else {
-            sessions.insert(key, record.normalized());
+            let mut record = record.normalized();
+            if predates_requested.contains(&raw_key) {
+                record.requested_model = record.model.clone();
+                record.requested_permission_mode = record.permission_mode.clone();
+            }
+            sessions.insert(key, record);
         }
     }
     Ok(Decoded { sessions, dropped })
+}
+
+/// Keys of records written before receipts carried the requested configuration (the #6088 port
+/// recorded only what was applied). What was applied is what had been requested, unless the agent
+/// rejected the request, and then the applied value is the agent's default (`None`). Reading the
+/// requested values from the applied ones therefore keeps every upgraded receipt that matches
+/// today's configuration resumable; a rejected request reads as a change once, which opens a new
+/// session, the safe direction. A record that names the fields (even as `null`) is taken as is.
+fn records_without_requested_fields(value: &Value) -> std::collections::HashSet<String> {
+    let Some(records) = value.get("sessions").and_then(Value::as_object) else {
+        return Default::default();
+    };
+    records
+        .iter()
+        .filter(|(_, r)| {
+            r.get("requestedModel").is_none() && r.get("requestedPermissionMode").is_none()
+        })
+        .map(|(key, _)| key.clone())
+        .collect()
 }
 
 /// Encodes the document as pretty JSON with a trailing newline, in the scheme's format version
@@ -205,6 +230,26 @@ mod tests {
             decode_value(&no_scope, KeyScheme::Scope),
             Err(Problem::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn records_that_predate_the_requested_fields_read_them_from_the_applied_ones() {
+        let other = "1c9f3a52-6c1e-4d2a-9f00-1234567890ab";
+        let v1 = json!({"version": 1, "scope": scope(), "sessions": {
+            CHANNEL: {"sessionId": "a", "model": "opus", "permissionMode": "plan"},
+            other: {"sessionId": "b", "model": "opus", "permissionMode": null,
+                    "requestedModel": null, "requestedPermissionMode": null},
+        }});
+        let decoded = decode_value(&v1, KeyScheme::Scope).unwrap();
+        let old = &decoded.sessions[&ScopeKey::parse_storage_key(CHANNEL).unwrap()];
+        assert_eq!(old.requested_model.as_deref(), Some("opus"));
+        assert_eq!(old.requested_permission_mode.as_deref(), Some("plan"));
+        let named = &decoded.sessions[&ScopeKey::parse_storage_key(other).unwrap()];
+        assert_eq!(
+            named.requested_model, None,
+            "named fields are taken as written"
+        );
+        assert_eq!(named.requested_permission_mode, None);
     }
 
     #[test]

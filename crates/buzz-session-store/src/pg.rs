@@ -763,13 +763,7 @@ impl ReceiptStore for PgStore {
         records: &[(ScopeKey, SessionRecord)],
         now: UnixMillis,
     ) -> Result<ImportOutcome, StoreError> {
-        let rows = records
-            .iter()
-            .map(|(key, record)| {
-                let (key, record) = row::prepare_put(self.scheme, key, record)?;
-                Row::from_record(&key, &record, now)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let rows = row::prepare_import(self.scheme, records, now)?;
         let cap = self.max_receipts;
         self.call("import", move |link| {
             link.write("import", |db| {

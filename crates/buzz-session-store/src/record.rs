@@ -21,9 +21,8 @@ pub struct SessionRecord {
     pub permission_mode: Option<String>,
     /// The model the harness was configured to ask for when it created the session. Compatibility
     /// compares this, not `model`: the operator's configuration is what must not have changed,
-    /// while a request the agent rejected would simply be rejected again. A record from a file that
-    /// predates this field reads as `None`, so any configured model counts as a change (fresh
-    /// session), which is the safe direction.
+    /// while a request the agent rejected would simply be rejected again. A record imported from a
+    /// JSON file that predates this field takes the applied value (see `format::decode`).
     pub requested_model: Option<String>,
     /// The permission mode the harness was configured to ask for (see `requested_model`).
     pub requested_permission_mode: Option<String>,

@@ -94,6 +94,21 @@ pub(crate) fn prepare_put(
     Ok((key, record.clone().normalized()))
 }
 
+/// The rows an `import` writes: each record checked and mapped as a `put` would be, used `now`.
+pub(crate) fn prepare_import(
+    scheme: KeyScheme,
+    records: &[(ScopeKey, SessionRecord)],
+    now: UnixMillis,
+) -> Result<Vec<Row>, StoreError> {
+    records
+        .iter()
+        .map(|(key, record)| {
+            let (key, record) = prepare_put(scheme, key, record)?;
+            Row::from_record(&key, &record, now)
+        })
+        .collect()
+}
+
 impl Row {
     /// The row for a checked `put` (see [`prepare_put`]).
     pub(crate) fn from_record(

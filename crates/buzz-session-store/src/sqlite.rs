@@ -500,13 +500,7 @@ impl ReceiptStore for SqliteStore {
         records: &[(ScopeKey, SessionRecord)],
         now: UnixMillis,
     ) -> Result<ImportOutcome, StoreError> {
-        let rows = records
-            .iter()
-            .map(|(key, record)| {
-                let (key, record) = row::prepare_put(self.scheme, key, record)?;
-                Row::from_record(&key, &record, now)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let rows = row::prepare_import(self.scheme, records, now)?;
         self.write("import", |tx| {
             let mut inserted = 0usize;
             {

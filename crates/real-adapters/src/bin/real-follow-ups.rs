@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use buzz_acp::relay::Event;
-use buzz_acp::testing::{AGENT_CWD, Scenario};
+use buzz_acp::testing::{AGENT_CWD, Scenario, wait_until_every};
 use clap::Parser;
 use real_adapters::adapter::install_dir;
 use real_adapters::binaries::patched_harness;
@@ -27,6 +27,9 @@ use real_adapters::{Adapter, AgentHome, TierError};
 
 /// How long one reply may take (a cold start of a real adapter included).
 const REPLY: Duration = Duration::from_secs(90);
+/// How long the release of an evicted session may take before the follow-up is measured anyway
+/// (an adapter without `session/close` sends none).
+const RELEASE: Duration = Duration::from_secs(10);
 /// Turns in the thread before the measured follow-up.
 const TURNS: usize = 4;
 
@@ -116,6 +119,22 @@ fn sample(adapter: Adapter, mode: Mode) -> Result<Sample, TierError> {
     if !matches!(mode, Mode::Hot) {
         let other = s.post_top("an unrelated question").map_err(err)?;
         reply(&s, &other)?;
+        // That turn evicted the thread's resident; its release (`session/close`, where the
+        // adapter advertises it) goes out right after the reply is published. It belongs to the
+        // eviction, not to the follow-up: let it finish before the measured window opens.
+        let closed = || {
+            let writes = s.observer_records("acp_write");
+            let close = writes
+                .iter()
+                .find(|r| r["frame"]["method"] == "session/close")?;
+            let id = &close["frame"]["id"];
+            let reads = s.observer_records("acp_read");
+            reads
+                .iter()
+                .any(|r| r["frame"]["id"] == *id && r["frame"]["method"].is_null())
+                .then_some(())
+        };
+        let _ = wait_until_every(RELEASE, Duration::from_millis(2), closed);
     }
     let calls_before = llm.requests()?.len();
     let frames_before = s.observer_records("acp_write").len();
@@ -125,10 +144,15 @@ fn sample(adapter: Adapter, mode: Mode) -> Result<Sample, TierError> {
         .map_err(err)?;
     reply(&s, &q)?;
     let elapsed = t.elapsed();
-    let methods = s.observer_records("acp_write")[frames_before..]
+    // The follow-up's requests end with its prompt; anything after it (the release of a session
+    // this turn evicted) is the next thing's cost.
+    let mut methods: Vec<String> = s.observer_records("acp_write")[frames_before..]
         .iter()
         .filter_map(|r| r["frame"]["method"].as_str().map(str::to_owned))
         .collect();
+    if let Some(prompt) = methods.iter().position(|m| m == "session/prompt") {
+        methods.truncate(prompt + 1);
+    }
     let calls = llm.requests()?;
     let follow_up = &calls[calls_before..];
     running.stop().map_err(|e| fail(e.to_string()))?;
