@@ -52,7 +52,8 @@ fn a_follow_up_continues_hot_on_the_resident_session() {
     let running = start(&s, &[], &["--agents", "2", "--lazy-pool"]);
     let a = s.post_top("thread A: remember alpha-7301").unwrap();
     let ra = s.wait_for_reply(&a.id, WAIT).unwrap();
-    let b = s.post_top("thread B is slow !delay:2000").unwrap();
+    // B's turn is held open until the test lets it go.
+    let b = s.post_top("thread B is slow !gate:b").unwrap();
     wait_until(WAIT, || {
         (s.observer_records("prompt_context_delivery").len() == 2).then_some(())
     })
@@ -63,6 +64,7 @@ fn a_follow_up_continues_hot_on_the_resident_session() {
         s.reply_to(&b.id).is_none(),
         "A was answered while B still ran"
     );
+    s.open_gate("b").unwrap();
     s.wait_for_reply(&b.id, WAIT).unwrap();
     running.stop().unwrap();
 
@@ -90,12 +92,15 @@ fn a_follow_up_continues_hot_on_the_resident_session() {
 fn a_follow_up_during_a_turn_is_queued_for_the_same_session() {
     let (_dir, mut s) = scenario();
     let running = start(&s, &[], &["--multiple-event-handling", "queue"]);
-    let root = s.post_top("long question !delay:1500").unwrap();
+    // The first turn is held open until the second message has been admitted.
+    let root = s.post_top("long question !gate:first").unwrap();
     wait_until(WAIT, || {
         (!s.observer_records("prompt_context_delivery").is_empty()).then_some(())
     })
     .expect("turn running");
     let q = s.post_reply(&root, &root, "and one more thing").unwrap();
+    wait_admitted(&running, &q.id).expect("the second message is admitted mid-turn");
+    s.open_gate("first").unwrap();
     let r1 = s
         .wait_for_reply(&root.id, WAIT)
         .expect("the first message is answered");

@@ -63,6 +63,17 @@ pub fn start(s: &Scenario, agent_args: &[&str], extra: &[&str]) -> Running {
         .expect("start buzz-acp")
 }
 
+/// Waits until the running harness has admitted `event_id` (its log's `admitted` line names
+/// it): the event, not a guess at how long a poll takes.
+pub fn wait_admitted(running: &Running, event_id: &str) -> Option<()> {
+    wait_until(WAIT, || {
+        let log = std::fs::read_to_string(running.log_path()).unwrap_or_default();
+        log.lines()
+            .any(|l| l.contains("admitted") && l.contains(event_id))
+            .then_some(())
+    })
+}
+
 /// The agent's wire log.
 pub fn wire(s: &Scenario) -> Vec<WireFrame> {
     read_wire_log(&s.wire_log).expect("wire log")

@@ -5,7 +5,14 @@
 //!
 //! The defects: only `session/new` is ever sent; the session map lives in
 //! worker memory and dies with the worker (idle pool sleep, process restart,
-//! agent crash); and the fresh session gets the whole context window again.
+//! agent crash); the fresh session gets the whole context window again; and a
+//! thread whose owning worker is busy forks onto another worker.
+//!
+//! Each test waits for events (a reply, an observer record, a gated turn the
+//! test releases), never for a guess at how long something takes. The
+//! idle-pool-sleep clock running from the last incoming message (#6378) is a
+//! defect about time itself; with real processes it could only be shown by
+//! racing the harness's maintenance tick, so it is not pinned here.
 
 mod common;
 
@@ -98,41 +105,6 @@ fn agent_crash_loses_the_session() {
     assert_eq!(turns(&r2), 1);
 }
 
-/// The idle-pool-sleep clock runs from the last incoming message (#6378,
-/// #7171): a turn longer than the bound ends, and the pool is torn down at
-/// once, so an immediate follow-up finds no live session.
-#[test]
-fn idle_sleep_fires_right_after_a_long_turn() {
-    let (_dir, mut s) = scenario();
-    let running = s
-        .start(
-            &harness_bin(),
-            &agent(&s, &[]),
-            &["--lazy-pool", "--idle-pool-sleep", "1"],
-        )
-        .unwrap();
-    let root = s.post_top("a long task !delay:1500").unwrap();
-    let r1 = s.wait_for_reply(&root.id, WAIT).expect("first reply");
-    let q = s.post_reply(&root, &r1, "quick follow-up").unwrap();
-    let r2 = s.wait_for_reply(&q.id, WAIT).expect("second reply");
-    running.stop().unwrap();
-
-    let kinds = observer_kinds(&s);
-    let first_sleep = kinds
-        .iter()
-        .position(|k| k == "pool_sleep")
-        .expect("a sleep");
-    let second_turn = kinds
-        .iter()
-        .enumerate()
-        .filter(|(_, k)| *k == "prompt_context_delivery")
-        .nth(1)
-        .map(|(i, _)| i)
-        .expect("two turns");
-    assert!(first_sleep < second_turn, "torn down between the turns");
-    assert!(s.reply_to(&q.id).is_some() && turns(&r2) >= 1);
-}
-
 /// A thread whose owning worker is busy with another thread waits 10 s, then
 /// forks onto another worker with a fresh session: two sessions of one thread.
 #[test]
@@ -147,8 +119,9 @@ fn busy_owner_makes_the_thread_fork_after_ten_seconds() {
         .unwrap();
     let a = s.post_top("thread A").unwrap();
     let ra = s.wait_for_reply(&a.id, WAIT).expect("reply A");
-    // Thread B takes the only live worker, A's owner, and keeps it busy.
-    let b = s.post_top("thread B is slow !delay:12000").unwrap();
+    // Thread B takes the only live worker, A's owner, and keeps it busy until
+    // the test opens its gate.
+    let b = s.post_top("thread B is slow !gate:b").unwrap();
     buzz_acp::testing::wait_until(WAIT, || {
         (s.observer_records("prompt_context_delivery").len() == 2).then_some(())
     })
@@ -156,6 +129,7 @@ fn busy_owner_makes_the_thread_fork_after_ten_seconds() {
     let qa = s.post_reply(&a, &ra, "A again").unwrap();
     let ra2 = s.wait_for_reply(&qa.id, WAIT).expect("reply A again");
     assert!(s.reply_to(&b.id).is_none(), "A forked while B still ran");
+    s.open_gate("b").unwrap();
     s.wait_for_reply(&b.id, WAIT).expect("reply B");
     running.stop().unwrap();
 
@@ -169,14 +143,4 @@ fn busy_owner_makes_the_thread_fork_after_ten_seconds() {
     // Whatever the fork's session is (new, or a second copy of A's), it is not
     // the live one on A's owner: its turns are not continued there.
     assert!(turns(&ra2) >= 1);
-}
-
-/// The `type` of every observer record, in order.
-fn observer_kinds(s: &buzz_acp::testing::Scenario) -> Vec<String> {
-    std::fs::read_to_string(&s.observer_log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v["type"].as_str().map(str::to_string))
-        .collect()
 }
