@@ -51,9 +51,11 @@ fn after_an_idle_pool_sleep_each_thread_loads_its_own_session() {
     })
     .expect("the pool sleeps");
     let receipts = stored_sessions(&s);
+    // Both follow-ups at once: the one worker serves A, then B, with no quiet second between
+    // them in which the pool could sleep again.
     let qa = s.post_reply(&a, &ra, "A after the sleep").unwrap();
-    let ra2 = s.wait_for_reply(&qa.id, WAIT).unwrap();
     let qb = s.post_reply(&b, &rb, "B after the sleep").unwrap();
+    let ra2 = s.wait_for_reply(&qa.id, WAIT).unwrap();
     let rb2 = s.wait_for_reply(&qb.id, WAIT).unwrap();
     running.stop().unwrap();
 
