@@ -42,9 +42,11 @@ fn each_thread_of_a_channel_resumes_its_own_session() {
 fn after_an_idle_pool_sleep_each_thread_loads_its_own_session() {
     let (_dir, mut s) = scenario();
     let running = start(&s, &[], &["--lazy-pool", "--idle-pool-sleep", "1"]);
+    // Both threads at once, so the pool cannot sleep between them; then wait for the sleep
+    // that follows both.
     let a = s.post_top("thread A").unwrap();
-    let ra = s.wait_for_reply(&a.id, WAIT).unwrap();
     let b = s.post_top("thread B").unwrap();
+    let ra = s.wait_for_reply(&a.id, WAIT).unwrap();
     let rb = s.wait_for_reply(&b.id, WAIT).unwrap();
     wait_until(WAIT, || {
         (!s.observer_records("pool_sleep").is_empty()).then_some(())
