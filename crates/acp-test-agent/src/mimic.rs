@@ -72,24 +72,15 @@ pub struct MissingSessionAnswer {
 /// Placeholder in `data` for the requested session id.
 const SESSION_ID_PLACEHOLDER: &str = "$SESSION_ID";
 
-/// The adapters whose answers are built in, with the versions they were observed with.
-pub const PRESETS: &[(&str, &str)] = &[
-    (
-        "codex-acp",
-        "codex-acp 0.16.0: -32002 \"Resource not found\", no data",
-    ),
-    (
-        "claude-agent-acp",
-        "claude-agent-acp 0.101.0: -32002 \"Resource not found\", data.sessionId",
-    ),
-    (
-        "opencode",
-        "opencode 1.18.33: -32603 \"Internal error: OpenCode service failure\", data.service \"session\"",
-    ),
-];
+/// The adapters whose answers are built in (see [`MissingSessionAnswer::preset`]).
+pub const PRESET_NAMES: &[&str] = &["codex-acp", "claude-agent-acp", "opencode"];
 
 impl MissingSessionAnswer {
-    /// The answer of a built-in preset (see [`PRESETS`]).
+    /// The answer of a built-in preset, as observed:
+    /// * codex-acp 0.16.0: `-32002` "Resource not found", no data;
+    /// * claude-agent-acp 0.101.0: `-32002` "Resource not found", `data.sessionId`;
+    /// * opencode 1.18.33: `-32603` "Internal error: OpenCode service failure",
+    ///   `data.service` "session".
     #[must_use]
     pub fn preset(name: &str) -> Option<Self> {
         let answer = |code, message: &str, data| Self {
@@ -154,11 +145,7 @@ impl FromStr for MissingSessionAnswer {
     type Err = BadMissingSessionAnswer;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let presets = PRESETS
-            .iter()
-            .map(|(name, _)| *name)
-            .collect::<Vec<_>>()
-            .join(", ");
+        let presets = PRESET_NAMES.join(", ");
         let s = s.trim();
         if s.starts_with('{') {
             serde_json::from_str(s).map_err(|e| BadMissingSessionAnswer {

@@ -41,13 +41,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// JSON-RPC "method not found".
-pub const METHOD_NOT_FOUND: i32 = -32601;
+const METHOD_NOT_FOUND: i32 = -32601;
 /// JSON-RPC "invalid params".
-pub const INVALID_PARAMS: i32 = -32602;
+const INVALID_PARAMS: i32 = -32602;
 /// JSON-RPC "internal error".
-pub const INTERNAL_ERROR: i32 = -32603;
+const INTERNAL_ERROR: i32 = -32603;
 /// ACP "resource not found": the convergent "session is gone" code.
-pub const RESOURCE_NOT_FOUND: i32 = -32002;
+const RESOURCE_NOT_FOUND: i32 = -32002;
 
 /// Everything the agent said in its JSON-RPC error.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,12 +121,6 @@ impl AgentFailure {
             message,
             data,
         }
-    }
-
-    /// Whether the answer says for sure that the session cannot be reopened (not
-    /// [`Verdict::Indeterminate`]).
-    pub fn is_definitive(&self, agent: &AgentIdentity) -> bool {
-        classify(self, agent) != Verdict::Indeterminate
     }
 }
 

@@ -18,7 +18,7 @@ use crate::gate::RestoreMethod;
 use crate::lifecycle::{Lifecycle, LifecycleConfig, RunningRoute};
 use crate::pending::Batch;
 use crate::plan::{Plan, SessionConfig, SlotView, Target};
-use crate::report::{Delivered, Opened, TurnOutcome, TurnReport};
+use crate::report::{Delivered, Opened, TurnOutcome};
 use crate::scope::{Input, Scope};
 
 /// Where turn tasks report the sessions they open. Cheap to clone; shared by the event loop
@@ -44,7 +44,7 @@ impl<K> Mailbox<K> {
     }
 
     /// Reports that a session of `scope` was opened.
-    pub fn post(&self, scope: K, opened: Opened) {
+    fn post(&self, scope: K, opened: Opened) {
         self.lock().push((scope, opened));
     }
 
@@ -98,7 +98,7 @@ impl<K> Mailbox<K> {
 }
 
 /// The store key of a scope under a key scheme.
-pub fn store_key<K: Scope>(scope: &K, scheme: KeyScheme) -> ScopeKey {
+fn store_key<K: Scope>(scope: &K, scheme: KeyScheme) -> ScopeKey {
     let key = match scope.thread_root() {
         Some(root) => ScopeKey::thread(scope.channel(), root),
         None => ScopeKey::conversation(scope.channel()),
@@ -153,16 +153,6 @@ impl<K: Scope, I: Input> Driver<K, I> {
         }
     }
 
-    /// The state machine (read-only; every change goes through the driver).
-    pub fn lifecycle(&self) -> &Lifecycle<K, I> {
-        &self.lifecycle
-    }
-
-    /// The receipt store.
-    pub fn store(&self) -> &dyn ReceiptStore {
-        self.store.as_ref()
-    }
-
     /// Now, on the lifecycle's clock (tokio's, so tests can pause it).
     pub fn now(&self) -> Moment {
         Moment::from_elapsed(Instant::now().duration_since(self.origin))
@@ -178,8 +168,7 @@ impl<K: Scope, I: Input> Driver<K, I> {
         permission_mode: Option<&str>,
     ) {
         self.fixed = fixed.iter().map(|s| s.to_string()).collect();
-        let fixed: Vec<&str> = self.fixed.iter().map(String::as_str).collect();
-        self.session = SessionConfig::new(&fixed, model, permission_mode);
+        self.session = SessionConfig::new(fixed, model, permission_mode);
     }
 
     /// The owner switched the model (`!model`): new sessions get it, and residents created under
@@ -215,9 +204,12 @@ impl<K: Scope, I: Input> Driver<K, I> {
 
     /// See [`Lifecycle::start`]; reads the receipt when a stored session may be reopened.
     pub fn start(&mut self, scope: &K, slot: usize) -> Option<Batch<I>> {
-        let key = store_key(scope, self.store.scheme());
         let store = &self.store;
-        let lookup = || store.get(&key).map_err(|e| e.to_string());
+        // Only a scope that may reopen a stored session reads its receipt.
+        let lookup = || {
+            let key = store_key(scope, store.scheme());
+            store.get(&key).map_err(|e| e.to_string())
+        };
         let batch = self.lifecycle.start(scope, slot, &self.session, lookup);
         self.flush();
         batch
@@ -228,12 +220,11 @@ impl<K: Scope, I: Input> Driver<K, I> {
         self.lifecycle.plan_for(scope, window.into_iter().collect())
     }
 
-    /// See [`Lifecycle::turn_end`]: `scope`'s turn on worker `slot` ended with `outcome`.
-    pub fn turn_end(&mut self, scope: &K, slot: usize, outcome: TurnOutcome) {
+    /// See [`Lifecycle::turn_end`]: `scope`'s turn ended with `outcome`.
+    pub fn turn_end(&mut self, scope: &K, outcome: TurnOutcome) {
         self.collect_mail();
         let now = self.now();
-        self.lifecycle
-            .turn_end(scope, TurnReport { slot, outcome }, now);
+        self.lifecycle.turn_end(scope, outcome, now);
         self.flush();
     }
 
@@ -270,11 +261,6 @@ impl<K: Scope, I: Input> Driver<K, I> {
         self.flush();
     }
 
-    /// See [`Lifecycle::worker_lost`].
-    pub fn worker_lost(&mut self, slot: usize) {
-        self.lifecycle.worker_lost(slot);
-    }
-
     /// See [`Lifecycle::pool_slept`].
     pub fn pool_slept(&mut self) {
         self.lifecycle.pool_slept();
@@ -298,33 +284,13 @@ impl<K: Scope, I: Input> Driver<K, I> {
         self.lifecycle.settling()
     }
 
-    /// Effects for the harness decided so far (after taking in the mailbox). Telemetry records
-    /// go straight to the record sink, in order.
+    /// Effects for the harness decided so far (after taking in the mailbox), notices aside.
     pub fn take_effects(&mut self) -> Vec<Effect<K, I>> {
-        self.collect_mail();
-        let mut out = std::mem::take(&mut self.deferred);
-        for effect in self.lifecycle.take_effects() {
-            match effect {
-                Effect::Record(record) => {
-                    let (kind, fields) = record.observer_event();
-                    (self.records)(&kind, fields);
-                }
-                Effect::Notice {
-                    scope,
-                    trigger,
-                    text,
-                } => self.notices.push(Notice {
-                    scope,
-                    trigger,
-                    text,
-                }),
-                other => out.push(other),
-            }
-        }
-        out
+        self.sort_effects();
+        std::mem::take(&mut self.deferred)
     }
 
-    /// Notices decided so far, in order, to be posted in their threads (taken out of
+    /// Notices decided so far, in order, to be posted in their threads (never part of
     /// [`Driver::take_effects`]; posted where the harness publishes).
     ///
     /// A notice is about a message that is still waiting for its answer. Where replies are
@@ -332,10 +298,25 @@ impl<K: Scope, I: Input> Driver<K, I> {
     /// message's answer), a notice must not name its trigger that way, or the real answer would
     /// never be published and a restart would skip the message.
     pub fn take_notices(&mut self) -> Vec<Notice<K, I>> {
-        // Every effect decided so far passes through `take_effects` (which sorts the notices
-        // out); the others stay queued, in order, for the harness's next `take_effects`.
-        self.deferred = self.take_effects();
+        self.sort_effects();
         std::mem::take(&mut self.notices)
+    }
+
+    /// Takes in the mailbox, then sorts the lifecycle's new effects: telemetry records go
+    /// straight to the record sink, notices to [`Driver::take_notices`], everything else, in
+    /// order, behind what is already waiting for [`Driver::take_effects`].
+    fn sort_effects(&mut self) {
+        self.collect_mail();
+        for effect in self.lifecycle.take_effects() {
+            match effect {
+                Effect::Record(record) => {
+                    let (kind, fields) = record.observer_event();
+                    (self.records)(&kind, fields);
+                }
+                Effect::Notice(notice) => self.notices.push(notice),
+                other => self.deferred.push(other),
+            }
+        }
     }
 
     /// Hands an effect back that cannot run yet (a release whose worker is busy): it comes out of
@@ -345,7 +326,7 @@ impl<K: Scope, I: Input> Driver<K, I> {
     }
 
     /// Takes in the sessions turn tasks opened and writes their receipts.
-    pub fn collect_mail(&mut self) {
+    fn collect_mail(&mut self) {
         for (scope, opened) in self.mailbox.drain() {
             self.lifecycle.opened(&scope, opened);
         }

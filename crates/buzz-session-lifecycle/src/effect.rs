@@ -17,8 +17,9 @@ use crate::residents::DisposeReason;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Effect<K, I> {
     /// Free a disposed session: drop it from worker `slot`'s memory (now if the worker is idle,
-    /// when it comes back otherwise; only if the worker still holds *this* session) and, when
-    /// `close` is set and the agent advertises it, send `session/close`. Then report
+    /// when it comes back otherwise; only if the worker still holds *this* session) and, when the
+    /// agent advertises it, send `session/close`. (A dead worker's sessions died with it: they
+    /// are never released.) Then report
     /// [`crate::Lifecycle::released`]: the scope does not start again before that, so a later
     /// reopen of the same session can never be closed behind its back.
     Release {
@@ -28,25 +29,16 @@ pub enum Effect<K, I> {
         slot: usize,
         /// The session.
         session_id: String,
-        /// The worker is alive: the session should be closed, not only forgotten.
-        close: bool,
     },
-    /// Post `text` in the scope's thread, about `trigger`. A notice is never the answer to
-    /// `trigger`: the message still waits for one, so the notice must not be published in a way
-    /// that marks it answered (see [`crate::Driver::take_notices`]).
-    Notice {
-        /// The scope.
-        scope: K,
-        /// The message the notice is about (not yet answered).
-        trigger: I,
-        /// The text.
-        text: String,
-    },
+    /// Post a notice in the scope's thread (handed out by [`crate::Driver::take_notices`]).
+    Notice(Notice<K, I>),
     /// Record a telemetry event (the observer stream).
     Record(Record),
 }
 
-/// A notice to post in a scope's thread: [`Effect::Notice`] as the driver hands it out.
+/// A notice to post in a scope's thread, about `trigger`. A notice is never the answer to
+/// `trigger`: the message still waits for one, so the notice must not be published in a way that
+/// marks it answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notice<K, I> {
     /// The scope.

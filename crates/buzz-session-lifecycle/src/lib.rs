@@ -52,7 +52,7 @@ pub use plan::{
     ColdReason, Plan, SessionConfig, SlotView, Target, Via, ViaKind, fingerprint_of,
     restore_params, scope_meta,
 };
-pub use report::{Delivered, Opened, TurnOutcome, TurnReport};
+pub use report::{Delivered, Opened, TurnOutcome};
 pub use residents::{DisposeReason, Resident};
 pub use retry::RetryPolicy;
 pub use scope::{Input, Scope};

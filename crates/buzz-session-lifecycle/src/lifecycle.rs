@@ -27,11 +27,11 @@ use std::collections::{BTreeMap, HashMap};
 use buzz_session_store::SessionRecord;
 
 use crate::clock::Moment;
-use crate::effect::{Effect, Persist, Record};
+use crate::effect::{Effect, Notice, Persist, Record};
 use crate::notice;
 use crate::pending::{Batch, Pending, Seq};
 use crate::plan::{ColdReason, Plan, SessionConfig, SlotView, Target, Via};
-use crate::report::{Delivered, Opened, TurnOutcome, TurnReport};
+use crate::report::{Delivered, Opened, TurnOutcome};
 use crate::residents::{DisposeReason, Resident, Residents};
 use crate::retry::{AfterFailure, RetryPolicy, Streak};
 use crate::scope::{Input, Scope};
@@ -177,11 +177,6 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             effects: Vec::new(),
             persists: Vec::new(),
         }
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &LifecycleConfig {
-        &self.config
     }
 
     fn seq(&mut self) -> Seq {
@@ -529,7 +524,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     }
 
     /// `scope`'s turn ended.
-    pub fn turn_end(&mut self, scope: &K, report: TurnReport, now: Moment) {
+    pub fn turn_end(&mut self, scope: &K, outcome: TurnOutcome, now: Moment) {
         let Some(running) = self.scopes.get_mut(scope).and_then(|s| s.running.take()) else {
             return;
         };
@@ -546,7 +541,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         } = running;
         let fingerprint = config.fingerprint;
         let trigger = inputs.last().map(|(_, i)| i.clone());
-        match report.outcome {
+        match outcome {
             TurnOutcome::Replied {
                 session_id: answered,
                 rotated,
@@ -554,15 +549,15 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 self.requeue_direct(scope, steered);
                 let state = self.state(scope);
                 state.retry = None;
-                state.settle = Some(Settle {
+                // An abandoned session's ledger is not committed: its receipt is gone.
+                state.settle = (!abandoned).then(|| Settle {
                     slot,
                     window,
                     triggers: inputs.iter().map(|(_, i)| i.id().to_string()).collect(),
                     reply: None,
                 });
                 if abandoned {
-                    self.state(scope).settle = None;
-                    self.release(scope, slot, &answered, true);
+                    self.release(scope, slot, &answered);
                 } else if rotated {
                     self.abandon(scope, vec![(slot, answered)]);
                 } else if self.residents.enabled() {
@@ -586,7 +581,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 // The owner's `!rotate` already abandoned the scope; the turn's own session,
                 // which the task dropped from memory, is closed.
                 if let Some(sid) = session_id {
-                    self.release(scope, slot, &sid, true);
+                    self.release(scope, slot, &sid);
                 }
             }
             TurnOutcome::Requeued { extra } => {
@@ -711,15 +706,9 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     pub fn abandon(&mut self, scope: &K, live: Vec<(usize, String)>) {
         self.dispose(scope, DisposeReason::Abandoned);
         for (slot, session_id) in live {
-            self.release(scope, slot, &session_id, true);
+            self.release(scope, slot, &session_id);
         }
-        let state = self.state(scope);
-        if let Some(running) = state.running.as_mut() {
-            running.abandoned = true;
-        }
-        state.fresh = true;
-        state.restore_abandoned = false;
-        state.retry = None;
+        self.mark_abandoned(scope);
         self.persists.push(Persist::Remove {
             scope: scope.clone(),
         });
@@ -738,12 +727,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             self.disposed(&scope, resident, DisposeReason::Abandoned);
         }
         for scope in scopes {
-            let state = self.state(&scope);
-            if let Some(running) = state.running.as_mut() {
-                running.abandoned = true;
-            }
-            state.fresh = true;
-            state.retry = None;
+            self.mark_abandoned(&scope);
         }
         self.persists.push(Persist::RemoveChannel {
             channel: channel.to_string(),
@@ -752,23 +736,36 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
 
     /// Worker `slot`'s process ended: its sessions died with it (receipts stay).
     pub fn worker_lost(&mut self, slot: usize) {
-        for (scope, resident) in self.residents.dispose_where(|_, r| r.slot == slot) {
-            self.disposed(&scope, resident, DisposeReason::AgentExit);
-        }
+        self.dispose_all(|r| r.slot == slot, DisposeReason::AgentExit);
     }
 
     /// The idle pool sleep tore every worker down.
     pub fn pool_slept(&mut self) {
-        for (scope, resident) in self.residents.dispose_where(|_, _| true) {
-            self.disposed(&scope, resident, DisposeReason::IdleSleep);
-        }
+        self.dispose_all(|_| true, DisposeReason::IdleSleep);
     }
 
     /// The harness is stopping: every resident is released.
     pub fn shutdown(&mut self) {
-        for (scope, resident) in self.residents.dispose_where(|_, _| true) {
-            self.disposed(&scope, resident, DisposeReason::Shutdown);
+        self.dispose_all(|_| true, DisposeReason::Shutdown);
+    }
+
+    /// Disposes every resident `pick` selects, for `reason`.
+    fn dispose_all(&mut self, pick: impl Fn(&Resident) -> bool, reason: DisposeReason) {
+        for (scope, resident) in self.residents.dispose_where(|_, r| pick(r)) {
+            self.disposed(&scope, resident, reason);
         }
+    }
+
+    /// The bookkeeping of an abandonment: a running turn's session will not be kept, the next
+    /// `session/new` asks for a fresh session, and no restore is pending or given up on.
+    fn mark_abandoned(&mut self, scope: &K) {
+        let state = self.state(scope);
+        if let Some(running) = state.running.as_mut() {
+            running.abandoned = true;
+        }
+        state.fresh = true;
+        state.restore_abandoned = false;
+        state.retry = None;
     }
 
     // ----- output ------------------------------------------------------------------------
@@ -784,21 +781,6 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     }
 
     // ----- queries -----------------------------------------------------------------------
-
-    /// Whether a turn of `scope` is running.
-    pub fn is_running(&self, scope: &K) -> bool {
-        self.scopes.get(scope).is_some_and(|s| s.running.is_some())
-    }
-
-    /// The worker slot of `scope`'s running turn.
-    pub fn running_slot(&self, scope: &K) -> Option<usize> {
-        self.scopes.get(scope)?.running.as_ref().map(|r| r.slot)
-    }
-
-    /// Pending input of `scope`.
-    pub fn pending(&self, scope: &K) -> usize {
-        self.scopes.get(scope).map_or(0, |s| s.pending.len())
-    }
 
     /// Pending input across scopes.
     pub fn pending_total(&self) -> usize {
@@ -827,11 +809,11 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     }
 
     fn notice(&mut self, scope: &K, trigger: I, text: String) {
-        self.effects.push(Effect::Notice {
+        self.effects.push(Effect::Notice(Notice {
             scope: scope.clone(),
             trigger,
             text,
-        });
+        }));
     }
 
     fn returning_all(&mut self, inputs: Vec<(Seq, I)>) {
@@ -848,7 +830,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
 
     /// Asks the harness to free a session, once: a session already being released (e.g. a
     /// resident disposed by `!rotate` whose turn then ends rotated) is not released again.
-    fn release(&mut self, scope: &K, slot: usize, session_id: &str, close: bool) {
+    fn release(&mut self, scope: &K, slot: usize, session_id: &str) {
         let releasing = &mut self.state(scope).releasing;
         if releasing.iter().any(|s| s == session_id) {
             return;
@@ -858,7 +840,6 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             scope: scope.clone(),
             slot,
             session_id: session_id.to_string(),
-            close,
         });
     }
 
@@ -870,7 +851,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             reason,
         });
         if reason.worker_alive() {
-            self.release(scope, resident.slot, &resident.session_id, true);
+            self.release(scope, resident.slot, &resident.session_id);
         }
     }
 
@@ -885,7 +866,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         let resident = self.residents.get(scope).cloned();
         match resident {
             Some(r) if r.session_id == session_id => self.dispose(scope, reason),
-            _ => self.release(scope, slot, session_id, true),
+            _ => self.release(scope, slot, session_id),
         }
     }
 

@@ -85,15 +85,6 @@ pub enum TurnOutcome {
     WorkerLost,
 }
 
-/// A finished turn.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TurnReport {
-    /// The worker slot it ran on.
-    pub slot: usize,
-    /// How it ended.
-    pub outcome: TurnOutcome,
-}
-
 /// What a live session has been shown, read from the worker after a successful turn (and after
 /// the reply was published, so the agent's own reply is included).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -22,8 +22,10 @@ use crate::gate::AgentCaps;
 struct Watch {
     /// The id of the `initialize` request, until its answer arrives.
     initialize: Option<Value>,
-    /// The raw `initialize` result.
-    init_result: Option<Value>,
+    /// The session capabilities of the `initialize` answer (both layouts), once it arrived.
+    caps: Option<AgentCaps>,
+    /// Who the agent said it is at `initialize`.
+    identity: AgentIdentity,
     /// Loads in flight: (request id, session id).
     loading: Vec<(Value, String)>,
 }
@@ -61,7 +63,10 @@ impl WireWatch {
             let id = frame.get("id").cloned().unwrap_or(Value::Null);
             if watch.initialize.as_ref() == Some(&id) {
                 watch.initialize = None;
-                watch.init_result = frame.get("result").cloned();
+                if let Some(result) = frame.get("result") {
+                    watch.caps = Some(AgentCaps::from_initialize(result));
+                    watch.identity = identity_of(result);
+                }
             }
             watch.loading.retain(|(load_id, _)| *load_id != id);
             return false;
@@ -93,27 +98,22 @@ impl WireWatch {
 
     /// The session capabilities from the raw `initialize` answer (both layouts), once it arrived.
     pub fn caps(&self) -> Option<AgentCaps> {
-        self.lock()
-            .init_result
-            .as_ref()
-            .map(AgentCaps::from_initialize)
+        self.lock().caps
     }
 
-    /// Who the agent said it is at `initialize`: `agentInfo` (v1) or `info` (the v2 draft).
+    /// Who the agent said it is at `initialize`.
     pub fn identity(&self) -> AgentIdentity {
-        let watch = self.lock();
-        let info = watch
-            .init_result
-            .as_ref()
-            .map(|r| match r.get("agentInfo") {
-                Some(info) => info,
-                None => &r["info"],
-            });
-        let field = |name: &str| info.and_then(|i| i[name].as_str()).map(str::to_string);
-        AgentIdentity {
-            name: field("name"),
-            version: field("version"),
-        }
+        self.lock().identity.clone()
+    }
+}
+
+/// `agentInfo` (v1) or `info` (the v2 draft) of an `initialize` result.
+fn identity_of(result: &Value) -> AgentIdentity {
+    let info = result.get("agentInfo").unwrap_or(&result["info"]);
+    let field = |name: &str| info[name].as_str().map(str::to_string);
+    AgentIdentity {
+        name: field("name"),
+        version: field("version"),
     }
 }
 

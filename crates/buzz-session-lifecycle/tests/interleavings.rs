@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use buzz_session_lifecycle::testing::{Msg, TestScope};
 use buzz_session_lifecycle::{
     Batch, Delivered, Effect, Lifecycle, LifecycleConfig, Moment, Opened, Persist, Record,
-    RestoreMethod, RunningRoute, SessionConfig, SlotView, Target, TurnOutcome, TurnReport, Via,
+    RestoreMethod, RunningRoute, SessionConfig, SlotView, Target, TurnOutcome, Via,
 };
 use buzz_session_store::SessionRecord;
 
@@ -353,12 +353,9 @@ impl World {
             self.slots[slot] = SlotM::Idle;
             self.l.turn_end(
                 scope,
-                TurnReport {
-                    slot,
-                    outcome: TurnOutcome::RestoreUndecided {
-                        method: RestoreMethod::Load,
-                        detail: "timeout".into(),
-                    },
+                TurnOutcome::RestoreUndecided {
+                    method: RestoreMethod::Load,
+                    detail: "timeout".into(),
                 },
                 Moment(self.now),
             );
@@ -429,8 +426,7 @@ impl World {
             self.slots[slot] = SlotM::Idle;
         }
         let replied = matches!(outcome, TurnOutcome::Replied { .. });
-        self.l
-            .turn_end(scope, TurnReport { slot, outcome }, Moment(self.now));
+        self.l.turn_end(scope, outcome, Moment(self.now));
         if replied {
             self.next_id += 1;
             self.l.replied(scope, &format!("reply{}", self.next_id));
@@ -484,7 +480,7 @@ impl World {
                         "{key:?} disposed more often than kept"
                     );
                 }
-                Effect::Record(_) | Effect::Notice { .. } => {}
+                Effect::Record(_) | Effect::Notice(_) => {}
             }
         }
         for persist in self.l.take_persists() {

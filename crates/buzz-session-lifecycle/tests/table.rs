@@ -4,7 +4,7 @@ use buzz_session_lifecycle::testing::{Msg, TestScope};
 use buzz_session_lifecycle::{
     Batch, ColdReason, Delivered, DisposeReason, Effect, Lifecycle, LifecycleConfig, Moment,
     Opened, Persist, Plan, Record, RestoreMethod, RunningRoute, SessionConfig, SlotView, Target,
-    TurnOutcome, TurnReport, Via,
+    TurnOutcome, Via,
 };
 use buzz_session_store::SessionRecord;
 
@@ -70,16 +70,13 @@ fn start(l: &mut L, scope: &TestScope, slot: usize) -> Vec<String> {
     ids(&b).into_iter().map(str::to_string).collect()
 }
 
-fn replied(l: &mut L, scope: &TestScope, slot: usize, session: &str) {
+fn replied(l: &mut L, scope: &TestScope, session: &str) {
     l.opened(scope, created(session));
     l.turn_end(
         scope,
-        TurnReport {
-            slot,
-            outcome: TurnOutcome::Replied {
-                session_id: session.into(),
-                rotated: false,
-            },
+        TurnOutcome::Replied {
+            session_id: session.into(),
+            rotated: false,
         },
         Moment(0),
     );
@@ -94,8 +91,8 @@ fn created(session: &str) -> Opened {
     }
 }
 
-fn end(l: &mut L, scope: &TestScope, slot: usize, outcome: TurnOutcome, at: u64) {
-    l.turn_end(scope, TurnReport { slot, outcome }, Moment(at));
+fn end(l: &mut L, scope: &TestScope, outcome: TurnOutcome, at: u64) {
+    l.turn_end(scope, outcome, Moment(at));
 }
 
 fn records(l: &mut L) -> Vec<Record> {
@@ -124,7 +121,7 @@ fn notices(effects: &[Effect<TestScope, Msg>]) -> Vec<(String, String)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Notice { trigger, text, .. } => Some((trigger.0.clone(), text.clone())),
+            Effect::Notice(n) => Some((n.trigger.0.clone(), n.text.clone())),
             _ => None,
         })
         .collect()
@@ -152,7 +149,7 @@ fn at_most_one_turn_per_scope_and_later_input_waits_for_it() {
     admit(&mut l, &a(), &["a2"]);
     assert!(l.plan(&IDLE2, &cfg(), Moment(0)).is_empty(), "a is running");
     assert!(l.start(&a(), 1, &cfg(), no_receipt).is_none());
-    replied(&mut l, &a(), 0, "s1");
+    replied(&mut l, &a(), "s1");
     assert_eq!(start(&mut l, &a(), 0), ["a2"]);
 }
 
@@ -162,7 +159,7 @@ fn a_batch_handed_back_goes_in_front_of_newer_input() {
     admit(&mut l, &a(), &["a1", "a2"]);
     start(&mut l, &a(), 0);
     admit(&mut l, &a(), &["a3"]);
-    end(&mut l, &a(), 0, TurnOutcome::Failed, 0);
+    end(&mut l, &a(), TurnOutcome::Failed, 0);
     // The harness hands the failed batch back after newer input was admitted.
     l.admit(
         &a(),
@@ -183,7 +180,7 @@ fn input_that_does_not_come_back_is_forgotten_at_the_end_of_the_inbox() {
     let mut l = lifecycle(0);
     admit(&mut l, &a(), &["a1"]);
     start(&mut l, &a(), 0);
-    end(&mut l, &a(), 0, TurnOutcome::Failed, 0);
+    end(&mut l, &a(), TurnOutcome::Failed, 0);
     l.end_of_inbox(); // the harness dead-lettered it
     admit(&mut l, &a(), &["a2"]);
     admit(&mut l, &b(), &["b1"]);
@@ -272,7 +269,6 @@ fn created_sessions_are_persisted_at_once_and_settled_ledgers_keep_only_what_can
     end(
         &mut l,
         &a(),
-        0,
         TurnOutcome::Replied {
             session_id: "s1".into(),
             rotated: false,
@@ -315,7 +311,7 @@ fn an_undecided_restore_retries_with_one_notice_then_gives_up_on_the_receipt() {
     admit(&mut l, &a(), &["a1"]);
     l.start(&a(), 0, &cfg(), || Ok(Some(receipt("s1"))))
         .unwrap();
-    end(&mut l, &a(), 0, undecided(), 1_000);
+    end(&mut l, &a(), undecided(), 1_000);
     let effects = l.take_effects();
     let n = notices(&effects);
     assert_eq!(n.len(), 1, "the thread is told once");
@@ -339,14 +335,14 @@ fn an_undecided_restore_retries_with_one_notice_then_gives_up_on_the_receipt() {
             .start(&a(), 0, &cfg(), || Ok(Some(receipt("s1"))))
             .unwrap();
         assert_eq!(ids(&b), ["a1", "a2"]);
-        end(&mut l, &a(), 0, undecided(), at);
+        end(&mut l, &a(), undecided(), at);
         assert!(notices(&l.take_effects()).is_empty());
         admit(&mut l, &a(), &["a1", "a2"]);
         at += 60_000;
     }
     l.start(&a(), 0, &cfg(), || Ok(Some(receipt("s1"))))
         .unwrap();
-    end(&mut l, &a(), 0, undecided(), at);
+    end(&mut l, &a(), undecided(), at);
     let effects = l.take_effects();
     let n = notices(&effects);
     assert_eq!(n.len(), 1);
@@ -369,7 +365,7 @@ fn an_undecided_restore_retries_with_one_notice_then_gives_up_on_the_receipt() {
             reason: ColdReason::RestoreAbandoned
         }
     );
-    replied(&mut l, &a(), 0, "s2");
+    replied(&mut l, &a(), "s2");
     admit(&mut l, &a(), &["a3"]);
     l.start(&a(), 0, &cfg(), || Ok(Some(receipt("s2"))))
         .unwrap();
@@ -391,7 +387,6 @@ fn the_retry_notice_names_rotate_only_when_an_owner_is_configured() {
     end(
         &mut l,
         &a(),
-        0,
         TurnOutcome::RestoreUndecided {
             method: RestoreMethod::Resume,
             detail: "timeout".into(),
@@ -416,7 +411,7 @@ fn abandoning_removes_the_receipt_and_asks_for_a_fresh_session_until_one_is_crea
     l.released(&a(), "s0");
     l.take_effects();
     assert_eq!(start(&mut l, &a(), 0), ["a0"]);
-    end(&mut l, &a(), 0, TurnOutcome::Cancelled, 0);
+    end(&mut l, &a(), TurnOutcome::Cancelled, 0);
     admit(&mut l, &a(), &["a1"]);
     l.start(&a(), 0, &cfg(), || {
         panic!("no receipt lookup after an abandonment")
@@ -431,14 +426,14 @@ fn abandoning_removes_the_receipt_and_asks_for_a_fresh_session_until_one_is_crea
         }
     );
     // session/new failed: the request is not consumed.
-    end(&mut l, &a(), 0, TurnOutcome::Failed, 0);
+    end(&mut l, &a(), TurnOutcome::Failed, 0);
     admit(&mut l, &a(), &["a1"]);
     l.start(&a(), 0, &cfg(), no_receipt).unwrap();
     assert!(
         l.plan_for(&a(), Vec::new()).fresh,
         "still fresh after a failed session/new"
     );
-    replied(&mut l, &a(), 0, "s9");
+    replied(&mut l, &a(), "s9");
     admit(&mut l, &a(), &["a2"]);
     l.start(&a(), 0, &cfg(), no_receipt).unwrap();
     assert!(
@@ -453,7 +448,7 @@ fn a_successful_turn_stays_resident_and_the_follow_up_continues_hot_or_waits() {
     admit(&mut l, &a(), &["a1"]);
     assert_eq!(l.plan(&IDLE2, &cfg(), Moment(0)), [(a(), Target::Slot(0))]);
     start(&mut l, &a(), 0);
-    replied(&mut l, &a(), 0, "sa");
+    replied(&mut l, &a(), "sa");
     assert_eq!(l.resident(&a()).unwrap().session_id, "sa");
     admit(&mut l, &a(), &["a2"]);
     // Its worker is busy with another scope: wait, once recorded, never fork.
@@ -481,7 +476,7 @@ fn residency_counts_against_capacity() {
     let mut l = lifecycle(8);
     admit(&mut l, &a(), &["a1"]);
     start(&mut l, &a(), 0);
-    replied(&mut l, &a(), 0, "sa");
+    replied(&mut l, &a(), "sa");
     admit(&mut l, &b(), &["b1"]);
     // Another scope takes a worker that hosts no resident…
     assert_eq!(l.plan(&IDLE2, &cfg(), Moment(0)), [(b(), Target::Slot(1))]);
@@ -503,7 +498,7 @@ fn residency_off_leaves_routing_to_the_pool() {
     let mut l = lifecycle(0);
     admit(&mut l, &a(), &["a1"]);
     start(&mut l, &a(), 0);
-    replied(&mut l, &a(), 0, "sa");
+    replied(&mut l, &a(), "sa");
     assert!(l.resident(&a()).is_none());
     assert!(
         l.take_effects()
@@ -519,7 +514,7 @@ fn a_changed_configuration_disposes_the_resident_and_blocks_the_scope_until_rele
     let mut l = lifecycle(8);
     admit(&mut l, &a(), &["a1"]);
     start(&mut l, &a(), 0);
-    replied(&mut l, &a(), 0, "sa");
+    replied(&mut l, &a(), "sa");
     l.take_effects();
     admit(&mut l, &a(), &["a2"]);
     let changed = SessionConfig {
@@ -567,19 +562,18 @@ fn every_disposal_trigger_disposes_exactly_once() {
         let mut l = lifecycle(8);
         admit(&mut l, &a(), &["a1"]);
         start(&mut l, &a(), 0);
-        replied(&mut l, &a(), 0, "sa");
+        replied(&mut l, &a(), "sa");
         l.take_effects();
         admit(&mut l, &a(), &["a2"]);
         start(&mut l, &a(), 0); // a hot turn
         match trigger {
-            "fail" => end(&mut l, &a(), 0, TurnOutcome::Failed, 0),
-            "cancel" => end(&mut l, &a(), 0, TurnOutcome::Cancelled, 0),
+            "fail" => end(&mut l, &a(), TurnOutcome::Failed, 0),
+            "cancel" => end(&mut l, &a(), TurnOutcome::Cancelled, 0),
             "cancel-lost-race" => {
                 l.cancel_requested(&a());
                 end(
                     &mut l,
                     &a(),
-                    0,
                     TurnOutcome::Replied {
                         session_id: "sa".into(),
                         rotated: false,
@@ -589,14 +583,13 @@ fn every_disposal_trigger_disposes_exactly_once() {
             }
             "rotate" => {
                 l.abandon(&a(), Vec::new());
-                end(&mut l, &a(), 0, TurnOutcome::Rotated, 0);
+                end(&mut l, &a(), TurnOutcome::Rotated, 0);
             }
-            "worker-exit" => end(&mut l, &a(), 0, TurnOutcome::WorkerLost, 0),
+            "worker-exit" => end(&mut l, &a(), TurnOutcome::WorkerLost, 0),
             "idle-sleep" => {
                 end(
                     &mut l,
                     &a(),
-                    0,
                     TurnOutcome::Replied {
                         session_id: "sa".into(),
                         rotated: false,
@@ -610,7 +603,6 @@ fn every_disposal_trigger_disposes_exactly_once() {
                 end(
                     &mut l,
                     &a(),
-                    0,
                     TurnOutcome::Replied {
                         session_id: "sa".into(),
                         rotated: false,
@@ -653,10 +645,10 @@ fn eviction_keeps_the_bound_and_spares_running_scopes() {
     let mut l = lifecycle(1);
     admit(&mut l, &a(), &["a1"]);
     start(&mut l, &a(), 0);
-    replied(&mut l, &a(), 0, "sa");
+    replied(&mut l, &a(), "sa");
     admit(&mut l, &b(), &["b1"]);
     start(&mut l, &b(), 1);
-    replied(&mut l, &b(), 1, "sb");
+    replied(&mut l, &b(), "sb");
     let effects = l.take_effects();
     assert_eq!(releases(&effects), [(0, "sa".to_string())]);
     assert_eq!(l.residents(), 1);
@@ -666,7 +658,7 @@ fn eviction_keeps_the_bound_and_spares_running_scopes() {
     start(&mut l, &b(), 1);
     admit(&mut l, &c(), &["c1"]);
     start(&mut l, &c(), 0);
-    replied(&mut l, &c(), 0, "sc");
+    replied(&mut l, &c(), "sc");
     assert!(l.resident(&b()).is_some(), "b runs: kept");
     assert_eq!(l.residents(), 2, "over the bound until b settles");
 }
@@ -689,7 +681,7 @@ fn steered_input_is_never_lost_whether_or_not_the_turn_absorbed_it() {
         RunningRoute::Duplicate
     );
     // Race 1: the turn completed before it saw the steer. a2 is answered next, hot.
-    replied(&mut l, &a(), 0, "sa");
+    replied(&mut l, &a(), "sa");
     assert_eq!(start(&mut l, &a(), 0), ["a2"]);
     assert_eq!(
         l.route_running(&a(), Msg::new("a3"), true),
@@ -703,7 +695,6 @@ fn steered_input_is_never_lost_whether_or_not_the_turn_absorbed_it() {
     end(
         &mut l,
         &a(),
-        0,
         TurnOutcome::Requeued {
             extra: vec!["a3".into()],
         },
