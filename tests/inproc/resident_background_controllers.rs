@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use buzz_acp_fork_tests::inproc::{reply, start, wait_for};
+use buzz_acp::Harness;
+use buzz_acp_fork_tests::inproc::{agent_starting_in, config, reply, start, wait_for};
 use buzz_acp_fork_tests::*;
 
 const WITHIN: Duration = Duration::from_secs(600);
@@ -59,6 +60,41 @@ async fn a_follow_up_waits_for_its_busy_resident_worker_then_continues_hot() {
     assert_eq!(count_method(&frames, "session/new"), 2);
     assert_eq!(turns(&ra2), 2);
     assert!(ra2.created_at >= s.reply_to(&b.id).unwrap().created_at);
+}
+
+/// Threads that arrive while a worker is still starting: the first is served by that worker,
+/// and the next starts a worker of its own at once (an empty slot, none other on its way),
+/// instead of waiting for the first start to finish.
+#[tokio::test(start_paused = true)]
+async fn a_thread_arriving_while_a_worker_starts_starts_its_own_worker_at_once() {
+    let (_dir, mut s) = scenario();
+    let startup = Duration::from_secs(5);
+    let command = agent_starting_in(&s, &[], startup);
+    let extra = ["--agents", "2", "--lazy-pool", "--exit-after-inactivity", "60"];
+    let harness = tokio::spawn(Harness::open(config(&s, &command, &extra)).unwrap().run());
+    let posted = tokio::time::Instant::now();
+    let a = s.post_top("thread A").unwrap();
+    wait_for(WITHIN, || (s.observer_records("agent_spawn").len() == 1).then_some(()))
+        .await
+        .expect("A's worker starts");
+    let b = s.post_top("thread B").unwrap();
+    wait_for(WITHIN, || (s.observer_records("agent_spawn").len() == 2).then_some(()))
+        .await
+        .expect("B's worker starts");
+    assert!(
+        posted.elapsed() < startup,
+        "B's worker started while A's was still starting: {:?}",
+        posted.elapsed()
+    );
+    reply(&s, &a, WITHIN).await;
+    reply(&s, &b, WITHIN).await;
+    harness.await.unwrap().unwrap();
+    let slots: Vec<u64> = s
+        .observer_records("agent_spawn")
+        .iter()
+        .map(|r| r["slot"].as_u64().unwrap())
+        .collect();
+    assert_eq!(slots, [0, 1]);
 }
 
 /// #6378 / #7171: the idle-sleep clock restarts when a turn ends, so a follow-up a few seconds

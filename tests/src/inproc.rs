@@ -15,12 +15,19 @@ use buzz_acp::relay::Event;
 use buzz_acp::testing::{AGENT, AGENT_CWD, OWNER, Scenario};
 use buzz_acp::{Harness, HarnessError, RunStats};
 use clap::Parser;
+use futures::StreamExt;
 use tokio::task::JoinHandle;
 
 /// Registers an in-process test agent with the scenario's state dir and wire log plus `args`,
 /// and returns the agent command that reaches it. Every spawn of the command starts one agent
 /// instance; the wire log tells instances apart by their `pid`.
 pub fn agent(s: &Scenario, args: &[&str]) -> String {
+    agent_starting_in(s, args, Duration::ZERO)
+}
+
+/// Like [`agent`], but each instance answers its first request (`initialize`) only after
+/// `startup` of virtual time: a worker spawn that takes a while, as a real adapter's does.
+pub fn agent_starting_in(s: &Scenario, args: &[&str], startup: Duration) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(1);
     let n = NEXT.fetch_add(1, Ordering::SeqCst);
     let name = format!("test-agent-{n}");
@@ -32,7 +39,24 @@ pub fn agent(s: &Scenario, args: &[&str]) -> String {
     let instances = Arc::new(AtomicU32::new(0));
     let factory = move || {
         let instance = 1_000_000 * n + instances.fetch_add(1, Ordering::SeqCst);
-        acp_test_agent::serve_in_process(&parsed, instance).map_err(|e| e.to_string())
+        let (to_agent, mut from_agent) =
+            acp_test_agent::serve_in_process(&parsed, instance).map_err(|e| e.to_string())?;
+        if startup.is_zero() {
+            return Ok((to_agent, from_agent));
+        }
+        let (delayed, out) = futures::channel::mpsc::unbounded();
+        tokio::spawn(async move {
+            let mut first = true;
+            while let Some(line) = from_agent.next().await {
+                if std::mem::take(&mut first) {
+                    tokio::time::sleep(startup).await;
+                }
+                if delayed.unbounded_send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok((to_agent, out))
     };
     buzz_acp::in_process_agents::register(&name, Arc::new(factory));
     format!("in-process:{name}")
