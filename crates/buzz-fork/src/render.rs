@@ -2,29 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
 
-use crate::patchfile;
 use crate::registry::{PatchEntry, Registry};
 use crate::surface::Surface;
 
 /// File name of the inventory at the repository root.
 pub const INVENTORY_FILE: &str = "FORK_PATCHES.md";
-
-/// Added/removed line counts of each active patch whose file parses.
-#[must_use]
-pub fn line_counts(root: &Path, registry: &Registry) -> BTreeMap<String, (usize, usize)> {
-    let mut out = BTreeMap::new();
-    for p in registry.active() {
-        let Ok(text) = std::fs::read_to_string(root.join(&p.file)) else {
-            continue;
-        };
-        if let Ok(parsed) = patchfile::parse(&text) {
-            out.insert(p.id.to_string(), parsed.line_counts());
-        }
-    }
-    out
-}
 
 fn list(items: &[String]) -> String {
     if items.is_empty() {

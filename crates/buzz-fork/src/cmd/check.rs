@@ -262,11 +262,26 @@ pub fn in_baseline(upstream: &crate::registry::Upstream, path: &str) -> bool {
 }
 
 /// Applies the active series in process over the baseline directory,
-/// strictly, checking guards at each prefix.
+/// strictly, checking guards at each prefix, and measures the series'
+/// surface.
 ///
 /// # Errors
 /// I/O errors reading the baseline.
 pub fn analyze<'r>(root: &Path, registry: &'r Registry) -> Result<Analysis<'r>> {
+    analyze_with(root, registry, true)
+}
+
+/// [`analyze`], measuring the surface only when `surface` is true: the
+/// measurement parses every patched Rust file, which `preflight` (run by
+/// every `apply` and `sync`) does not need.
+///
+/// # Errors
+/// I/O errors reading the baseline.
+pub fn analyze_with<'r>(
+    root: &Path,
+    registry: &'r Registry,
+    surface: bool,
+) -> Result<Analysis<'r>> {
     let mut overlay = Overlay::new(baseline_reader(root, &registry.upstream));
     let mut out = Vec::new();
     let mut broken: Option<String> = None;
@@ -314,7 +329,7 @@ pub fn analyze<'r>(root: &Path, registry: &'r Registry) -> Result<Analysis<'r>> 
         out.push(a);
     }
     let differing = overlay.differing_paths()?;
-    let surface = if broken.is_none() {
+    let surface = if surface && broken.is_none() {
         let parsed: Vec<(&str, &ParsedPatch)> = out
             .iter()
             .filter_map(|a| a.parsed.as_ref().map(|p| (a.entry.id.as_str(), p)))
@@ -342,8 +357,21 @@ pub struct Analysis<'r> {
     /// Paths the applied patches changed.
     pub differing: Vec<String>,
     /// The series' surface; `None` when a patch does not apply (the patched
-    /// tree is then not the series' tree).
+    /// tree is then not the series' tree) or it was not asked for.
     pub surface: Option<crate::surface::Surface>,
+}
+
+impl Analysis<'_> {
+    /// Added/removed line counts of each active patch whose file parses,
+    /// from the files this analysis already read and parsed (the inventory
+    /// needs them next to the surface).
+    #[must_use]
+    pub fn line_counts(&self) -> BTreeMap<String, (usize, usize)> {
+        self.patches
+            .iter()
+            .filter_map(|a| Some((a.entry.id.to_string(), a.parsed.as_ref()?.line_counts())))
+            .collect()
+    }
 }
 
 /// Missing required symbols and seams of `entry` in the current overlay.
@@ -452,7 +480,8 @@ fn exact_hunk_problem(h: &crate::exact::HunkReport) -> Option<String> {
 /// # Errors
 /// [`Error::SeriesInvalid`]; I/O errors reading the baseline.
 pub fn preflight(root: &Path, registry: &Registry) -> Result<()> {
-    let analysis = analyze(root, registry)?;
+    // Only the series findings decide; the surface is not measured.
+    let analysis = analyze_with(root, registry, false)?;
     let (findings, consequences) = series_findings(registry, &analysis.patches);
     let blocking: Vec<&Finding> = findings.iter().filter(|f| f.kind.blocks_apply()).collect();
     match blocking.first() {
@@ -624,7 +653,7 @@ pub fn check(ctx: &Context) -> Result<CheckReport> {
     // (7) Inventory and surface limits.
     let inventory = crate::render::render(
         &registry,
-        &crate::render::line_counts(root, &registry),
+        &analyzed.line_counts(),
         analyzed.surface.as_ref(),
     );
     match fsutil::read_optional(&root.join(INVENTORY_FILE))? {

@@ -133,7 +133,6 @@ pub fn export(
     let mut updated = registry.clone();
     let mut writes = BTreeMap::new();
     let mut changes = Vec::new();
-    let mut counts = BTreeMap::new();
     let mut parsed_patches = Vec::new();
     let mut parent = base.clone();
     let mut parent_tree = repo.read_commit(base)?.tree;
@@ -184,8 +183,7 @@ pub fn export(
         if fsutil::read_optional(&root.join(&content_rel))?.as_deref() != Some(content.as_str()) {
             writes.insert(content_rel, content);
         }
-        counts.insert(id.to_string(), parsed.line_counts());
-        parsed_patches.push((id.to_string(), parsed.clone()));
+        parsed_patches.push((id.to_string(), parsed));
         changes.push(PatchChange {
             id: id.clone(),
             kind,
@@ -198,9 +196,14 @@ pub fn export(
     {
         writes.insert(REGISTRY_FILE.to_owned(), registry_text);
     }
-    let parsed_all: Vec<(String, patchfile::ParsedPatch)> = parsed_patches;
-    let parsed_refs: Vec<(&str, &patchfile::ParsedPatch)> =
-        parsed_all.iter().map(|(id, p)| (id.as_str(), p)).collect();
+    let parsed_refs: Vec<(&str, &patchfile::ParsedPatch)> = parsed_patches
+        .iter()
+        .map(|(id, p)| (id.as_str(), p))
+        .collect();
+    let counts: BTreeMap<String, (usize, usize)> = parsed_patches
+        .iter()
+        .map(|(id, p)| (id.clone(), p.line_counts()))
+        .collect();
     let surface = crate::surface::measure(
         &updated,
         &parsed_refs,

@@ -4,7 +4,7 @@ use crate::cmd::check::analyze;
 use crate::cmd::{Context, Outcome};
 use crate::error::Result;
 use crate::registry::Registry;
-use crate::render::{INVENTORY_FILE, line_counts, render};
+use crate::render::{INVENTORY_FILE, render};
 
 /// The inventory text for the current registry, patch files and baseline
 /// (the series is applied in process to measure its surface).
@@ -15,7 +15,7 @@ pub fn inventory(ctx: &Context, registry: &Registry) -> Result<String> {
     let analysis = analyze(&ctx.root, registry)?;
     Ok(render(
         registry,
-        &line_counts(&ctx.root, registry),
+        &analysis.line_counts(),
         analysis.surface.as_ref(),
     ))
 }
