@@ -47,6 +47,22 @@ fn set_readable(_file: &fs::File, _replaced: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `path` made absolute by joining it to the current directory, exactly as
+/// given (unlike `std::path::absolute`, `.` components stay), so the paths
+/// the commands print read as the user typed them.
+///
+/// # Errors
+/// The current directory cannot be read.
+pub fn absolute(path: &Path) -> Result<PathBuf> {
+    if path.is_absolute() {
+        Ok(path.to_path_buf())
+    } else {
+        Ok(std::env::current_dir()
+            .map_err(|e| Error::io("reading", ".", e))?
+            .join(path))
+    }
+}
+
 /// Reads a file to a string; `None` when it does not exist.
 ///
 /// # Errors

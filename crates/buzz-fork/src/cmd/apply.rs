@@ -70,10 +70,7 @@ pub fn apply(
             detail: format!("series tip has no {}", registry.upstream.path),
         })?;
     let dest = match to {
-        Some(p) if p.is_absolute() => p.to_path_buf(),
-        Some(p) => std::env::current_dir()
-            .map_err(|e| Error::io("reading", ".", e))?
-            .join(p),
+        Some(p) => crate::fsutil::absolute(p)?,
         None => layout.tree(),
     };
     let (stamp, rebuilt) = tree::write_tree(&repo, layout, registry, series.tip(), &dest)?;

@@ -96,9 +96,7 @@ impl CiReport {
     /// Pretty JSON with a trailing newline.
     #[must_use]
     pub fn to_json(&self) -> String {
-        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
-        s.push('\n');
-        s
+        sync::pretty_json(self)
     }
 
     /// The Markdown summary: the verdict, the sync report and verify's table.
@@ -241,7 +239,7 @@ fn blockers(report: &sync::SyncReport) -> String {
     report
         .patches
         .iter()
-        .filter(|p| matches!(p.status, SyncStatus::Conflict | SyncStatus::GuardFailed))
+        .filter(|p| p.status.blocks())
         .map(|p| match p.status {
             SyncStatus::Conflict => format!("{} conflict in {}", p.id, p.files.join(", ")),
             _ => format!("{} guard-failed", p.id),
@@ -308,13 +306,7 @@ pub fn run(ctx: &Context, args: &CiArgs) -> Result<Outcome> {
     let date = crate::dates::resolve(args.date.as_deref())?;
     let fetched = match (&args.upstream, &args.upstream_git, &args.git_ref) {
         (Some(dir), None, None) => Fetched {
-            dir: if dir.is_absolute() {
-                dir.clone()
-            } else {
-                std::env::current_dir()
-                    .map_err(|e| Error::io("reading", ".", e))?
-                    .join(dir)
-            },
+            dir: fsutil::absolute(dir)?,
             source: dir.display().to_string(),
             commit: None,
         },
@@ -331,7 +323,7 @@ pub fn run(ctx: &Context, args: &CiArgs) -> Result<Outcome> {
         .clone()
         .or_else(|| manifest_version(&found, &registry));
     let commit = args.commit.clone().or_else(|| fetched.commit.clone());
-    let run = sync::compute(ctx, &registry, &fetched.dir, version.as_deref())?;
+    let run = sync::compute_from(ctx, &registry, &found, version.as_deref())?;
     let label = version.clone().unwrap_or_else(|| "(unnamed)".to_owned());
     let mut verify = None;
     let mut written = false;
@@ -408,17 +400,14 @@ pub fn run(ctx: &Context, args: &CiArgs) -> Result<Outcome> {
         .report
         .clone()
         .unwrap_or_else(|| ctx.layout.ci_dir().join("report.json"));
-    let (md_path, range_path) = sync::companion_paths(&report_path);
-    fsutil::write_atomic(&report_path, report.to_json().as_bytes())?;
-    fsutil::write_atomic(&md_path, report.to_markdown().as_bytes())?;
-    fsutil::write_atomic(&range_path, run.range_diff.as_bytes())?;
+    let files = sync::write_report(
+        &report_path,
+        &report.to_json(),
+        &report.to_markdown(),
+        &run.range_diff,
+    )?;
     ui::note(&run.report.to_table());
-    ui::note(&format!(
-        "report: {}\nsummary: {}\nrange-diff: {}",
-        report_path.display(),
-        md_path.display(),
-        range_path.display()
-    ));
+    ui::note(&files.listing());
     ui::report(&format!("{summary}\n"));
     Ok(match result {
         CiResult::NoUpdate | CiResult::Ready => Outcome::Ok,

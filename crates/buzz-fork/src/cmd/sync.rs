@@ -73,7 +73,9 @@ impl SyncStatus {
         }
     }
 
-    fn blocks(self) -> bool {
+    /// Whether this status stops the sync (and names the patch in `ci`'s
+    /// one-line summary).
+    pub(crate) fn blocks(self) -> bool {
         matches!(self, SyncStatus::Conflict | SyncStatus::GuardFailed)
     }
 }
@@ -88,6 +90,18 @@ pub enum SyncResult {
     Blocked,
     /// The new upstream tree equals the baseline.
     NoUpdate,
+}
+
+impl SyncResult {
+    /// Report spelling (the JSON spelling too).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncResult::Ready => "ready",
+            SyncResult::Blocked => "blocked",
+            SyncResult::NoUpdate => "no_update",
+        }
+    }
 }
 
 /// Old and new baseline.
@@ -373,18 +387,35 @@ fn fits_exactly(repo: &Repo<'_>, commit: &Oid, parsed: &ParsedPatch) -> Result<b
 /// Classifies the series against a new upstream directory.
 ///
 /// # Errors
-/// An edited baseline, a registered patch that does not apply to its own
-/// baseline, git or I/O failures.
+/// An invalid upstream directory; see [`compute_from`].
 pub fn compute(
     ctx: &Context,
     registry: &Registry,
     upstream: &Path,
     new_version: Option<&str>,
 ) -> Result<SyncRun> {
+    // Validated before anything else, so a refused sync leaves the work
+    // repo's refs as they were.
+    let source = upstream_dir(upstream, registry)?;
+    compute_from(ctx, registry, &source, new_version)
+}
+
+/// Classifies the series against a new upstream already found by
+/// [`upstream_dir`] (`ci` reads its version from it first, so it is not
+/// validated twice).
+///
+/// # Errors
+/// An edited baseline, a registered patch that does not apply to its own
+/// baseline, git or I/O failures.
+pub fn compute_from(
+    ctx: &Context,
+    registry: &Registry,
+    source: &UpstreamDir,
+    new_version: Option<&str>,
+) -> Result<SyncRun> {
     let layout = &ctx.layout;
     // Everything that can be refused is checked before the work repo's refs
     // move, so a refused sync leaves them as they were.
-    let source = upstream_dir(upstream, registry)?;
     let repo = workarea::ensure_repo(&ctx.git, layout)?;
     let old_tree = workarea::baseline_tree(&repo, layout, registry)?;
     if old_tree.as_str() != registry.upstream.tree {
@@ -618,13 +649,19 @@ pub fn compute(
     })
 }
 
+/// Pretty JSON with a trailing newline: the form of every report file
+/// (`sync`'s and `ci`'s), so both read and diff alike.
+pub(crate) fn pretty_json<T: Serialize>(value: &T) -> String {
+    let mut s = serde_json::to_string_pretty(value).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
 impl SyncReport {
     /// Pretty JSON with a trailing newline.
     #[must_use]
     pub fn to_json(&self) -> String {
-        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
-        s.push('\n');
-        s
+        pretty_json(self)
     }
 
     /// The Markdown summary.
@@ -634,12 +671,7 @@ impl SyncReport {
         let mut m = String::new();
         let _ = writeln!(m, "# Upstream sync report: `{}`", u.crate_name);
         m.push('\n');
-        let result = match self.result {
-            SyncResult::Ready => "ready",
-            SyncResult::Blocked => "blocked",
-            SyncResult::NoUpdate => "no_update",
-        };
-        let _ = writeln!(m, "Result: **{result}**");
+        let _ = writeln!(m, "Result: **{}**", self.result.as_str());
         m.push('\n');
         let _ = writeln!(
             m,
@@ -727,12 +759,7 @@ impl SyncReport {
         } else {
             t.render()
         };
-        let result = match self.result {
-            SyncResult::Ready => "ready",
-            SyncResult::Blocked => "blocked",
-            SyncResult::NoUpdate => "no_update",
-        };
-        let _ = writeln!(out, "\nresult: {result}");
+        let _ = writeln!(out, "\nresult: {}", self.result.as_str());
         out
     }
 }
@@ -748,6 +775,53 @@ pub fn companion_paths(report: &Path) -> (PathBuf, PathBuf) {
         dir.join(format!("{stem}.md")),
         dir.join(format!("{stem}.range-diff.txt")),
     )
+}
+
+/// Where [`write_report`] put a report and its companions.
+pub struct ReportFiles {
+    /// The JSON report.
+    pub json: PathBuf,
+    /// The Markdown summary.
+    pub markdown: PathBuf,
+    /// The range-diff.
+    pub range_diff: PathBuf,
+}
+
+impl ReportFiles {
+    /// The three paths, one `name: path` line each (no trailing newline),
+    /// as `sync` and `ci` print them.
+    #[must_use]
+    pub fn listing(&self) -> String {
+        format!(
+            "report: {}\nsummary: {}\nrange-diff: {}",
+            self.json.display(),
+            self.markdown.display(),
+            self.range_diff.display()
+        )
+    }
+}
+
+/// Writes a report (`json`) with its Markdown summary and range-diff next
+/// to it (see [`companion_paths`]), each file atomically: `sync` and `ci`
+/// leave the same three files.
+///
+/// # Errors
+/// I/O failures.
+pub fn write_report(
+    path: &Path,
+    json: &str,
+    markdown: &str,
+    range_diff: &str,
+) -> Result<ReportFiles> {
+    let (md_path, range_path) = companion_paths(path);
+    fsutil::write_atomic(path, json.as_bytes())?;
+    fsutil::write_atomic(&md_path, markdown.as_bytes())?;
+    fsutil::write_atomic(&range_path, range_diff.as_bytes())?;
+    Ok(ReportFiles {
+        json: path.to_path_buf(),
+        markdown: md_path,
+        range_diff: range_path,
+    })
 }
 
 /// Writes an adopted sync into the repository at `dest` (the root, or the
@@ -861,29 +935,20 @@ pub fn write(
 pub fn run(ctx: &Context, args: &SyncArgs) -> Result<Outcome> {
     let registry = ctx.registry()?;
     let date = crate::dates::resolve(args.date.as_deref())?;
-    let upstream = if args.upstream.is_absolute() {
-        args.upstream.clone()
-    } else {
-        std::env::current_dir()
-            .map_err(|e| Error::io("reading", ".", e))?
-            .join(&args.upstream)
-    };
+    let upstream = fsutil::absolute(&args.upstream)?;
     let run = compute(ctx, &registry, &upstream, args.version.as_deref())?;
     let report_path = match &args.report {
         Some(p) => p.clone(),
         None => ctx.layout.sync_dir().join("report.json"),
     };
-    let (md_path, range_path) = companion_paths(&report_path);
-    fsutil::write_atomic(&report_path, run.report.to_json().as_bytes())?;
-    fsutil::write_atomic(&md_path, run.report.to_markdown().as_bytes())?;
-    fsutil::write_atomic(&range_path, run.range_diff.as_bytes())?;
+    let files = write_report(
+        &report_path,
+        &run.report.to_json(),
+        &run.report.to_markdown(),
+        &run.range_diff,
+    )?;
     ui::report(&run.report.to_table());
-    ui::report(&format!(
-        "report: {}\nsummary: {}\nrange-diff: {}\n",
-        report_path.display(),
-        md_path.display(),
-        range_path.display()
-    ));
+    ui::report(&format!("{}\n", files.listing()));
     match run.report.result {
         SyncResult::Blocked => {
             if args.write {
