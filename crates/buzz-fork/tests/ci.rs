@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use buzz_fork::cmd::ci::{CiReport, CiResult};
 use buzz_fork::cmd::sync::SyncStatus;
-use common::{Fixture, git, run_bin, write};
+use common::{Fixture, git, git_output, run_bin, set_package_version, write};
 
 /// The second patch of the fixture series: `Pool::channels`, inserted after
 /// `Pool::new` (independent of `session-resume`).
@@ -109,11 +109,7 @@ impl Upstream {
     }
 
     fn publish(&self, version: &str) {
-        self.edit("Cargo.toml", |t| {
-            let start = t.find("version = \"").unwrap() + "version = \"".len();
-            let end = start + t[start..].find('"').unwrap();
-            format!("{}{version}{}", &t[..start], &t[end..])
-        });
+        self.edit("Cargo.toml", |t| set_package_version(&t, version));
         git(&self.src, &["add", "-A"]);
         git(&self.src, &["commit", "-qm", version]);
         git(&self.src, &["tag", &format!("v{version}")]);
@@ -260,23 +256,16 @@ fn ci_classifies_a_timeline_of_upstream_versions() {
 
     // The maintainer resolves the conflict in the work repo (docs/MAINTENANCE.md).
     let repo = f.work_repo();
-    let rebase = std::process::Command::new("git")
-        .args([
+    let rebase = git_output(
+        &repo,
+        &[
             "rebase",
             "--onto",
             "refs/fork/sync/upstream",
             "refs/fork/upstream-head",
             "series",
-        ])
-        .current_dir(&repo)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "Dev")
-        .env("GIT_AUTHOR_EMAIL", "dev@example.invalid")
-        .env("GIT_COMMITTER_NAME", "Dev")
-        .env("GIT_COMMITTER_EMAIL", "dev@example.invalid")
-        .output()
-        .unwrap();
+        ],
+    );
     assert!(!rebase.status.success(), "the rebase stops on the conflict");
     let upstream_pool = std::fs::read_to_string(up.src.join("crates/up/src/pool.rs")).unwrap();
     let resolved = upstream_pool.replacen(
@@ -290,18 +279,7 @@ fn ci_classifies_a_timeline_of_upstream_versions() {
     );
     write(&repo.join("crates/up/src/pool.rs"), &resolved);
     git(&repo, &["add", "-A"]);
-    let cont = std::process::Command::new("git")
-        .args(["-c", "core.editor=true", "rebase", "--continue"])
-        .current_dir(&repo)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_EDITOR", "true")
-        .env("GIT_AUTHOR_NAME", "Dev")
-        .env("GIT_AUTHOR_EMAIL", "dev@example.invalid")
-        .env("GIT_COMMITTER_NAME", "Dev")
-        .env("GIT_COMMITTER_EMAIL", "dev@example.invalid")
-        .output()
-        .unwrap();
+    let cont = git_output(&repo, &["-c", "core.editor=true", "rebase", "--continue"]);
     assert!(
         cont.status.success(),
         "{}",

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use buzz_fork::Context;
 use buzz_fork::cmd::sync::{self, SyncResult, SyncStatus};
-use common::{git, run_bin, write};
+use common::{git, git_output, run_bin, write};
 
 fn corpus(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -283,23 +283,16 @@ fn conflict_resolved_in_the_work_repo_is_adopted_by_write() {
     // The maintainer rebases the series onto the imported upstream and
     // resolves the conflict by hand.
     let repo = root.join("target/fork-work/repo");
-    let rebase = std::process::Command::new("git")
-        .args([
+    let rebase = git_output(
+        &repo,
+        &[
             "rebase",
             "--onto",
             "refs/fork/sync/upstream",
             "refs/fork/upstream-head",
             "series",
-        ])
-        .current_dir(&repo)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "Dev")
-        .env("GIT_AUTHOR_EMAIL", "dev@example.invalid")
-        .env("GIT_COMMITTER_NAME", "Dev")
-        .env("GIT_COMMITTER_EMAIL", "dev@example.invalid")
-        .output()
-        .unwrap();
+        ],
+    );
     assert!(!rebase.status.success(), "the rebase stops on the conflict");
     let resolved = std::fs::read_to_string(upstream.join("src/pool.rs")).unwrap().replace(
         "    pub fn ensure_session(&mut self, channel: &str) -> u64 {\n",
@@ -307,18 +300,7 @@ fn conflict_resolved_in_the_work_repo_is_adopted_by_write() {
     );
     write(&repo.join("crates/buzz-acp/src/pool.rs"), &resolved);
     git(&repo, &["add", "-A"]);
-    let cont = std::process::Command::new("git")
-        .args(["-c", "core.editor=true", "rebase", "--continue"])
-        .current_dir(&repo)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_EDITOR", "true")
-        .env("GIT_AUTHOR_NAME", "Dev")
-        .env("GIT_AUTHOR_EMAIL", "dev@example.invalid")
-        .env("GIT_COMMITTER_NAME", "Dev")
-        .env("GIT_COMMITTER_EMAIL", "dev@example.invalid")
-        .output()
-        .unwrap();
+    let cont = git_output(&repo, &["-c", "core.editor=true", "rebase", "--continue"]);
     assert!(
         cont.status.success(),
         "{}",

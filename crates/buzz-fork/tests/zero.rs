@@ -7,7 +7,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{Fixture, POOL_RESUMED, run_bin, write};
+use common::{Fixture, POOL_RESUMED, run_bin, set_package_version, write};
 
 /// An upstream crate directory: the fixture's baseline with `pool.rs`
 /// replaced, without the pinned defect test (upstream fixed it), at `version`.
@@ -17,11 +17,9 @@ fn upstream_with(f: &Fixture, pool: &str, version: &str) -> tempfile::TempDir {
     write(&dir.path().join("src/pool.rs"), pool);
     buzz_fork::fsutil::remove_file_if_present(&dir.path().join("tests/defects.rs")).unwrap();
     let manifest = std::fs::read_to_string(dir.path().join("Cargo.toml")).unwrap();
-    let start = manifest.find("version = \"").unwrap() + "version = \"".len();
-    let end = start + manifest[start..].find('"').unwrap();
     write(
         &dir.path().join("Cargo.toml"),
-        &format!("{}{version}{}", &manifest[..start], &manifest[end..]),
+        &set_package_version(&manifest, version),
     );
     dir
 }

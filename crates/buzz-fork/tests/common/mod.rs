@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use buzz_fork::Context;
 use buzz_fork::cmd::{apply, refresh};
@@ -136,15 +136,18 @@ pub fn write(path: &Path, content: &str) {
     std::fs::write(path, content).unwrap();
 }
 
-/// A git command isolated from the user's configuration.
-pub fn git(dir: &Path, args: &[&str]) -> String {
+/// Runs git in `dir` isolated from the user's configuration, identity and
+/// editor, and returns its output whatever the exit status (a rebase that
+/// stops on a conflict is an expected failure).
+pub fn git_output(dir: &Path, args: &[&str]) -> Output {
     let home = tempfile::tempdir().unwrap();
-    let out = Command::new("git")
+    Command::new("git")
         .args(args)
         .current_dir(dir)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("HOME", home.path())
+        .env("GIT_EDITOR", "true")
         .env("GIT_AUTHOR_NAME", "Dev")
         .env("GIT_AUTHOR_EMAIL", "dev@example.invalid")
         .env("GIT_COMMITTER_NAME", "Dev")
@@ -153,13 +156,27 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         .env_remove("GIT_WORK_TREE")
         .env_remove("GIT_INDEX_FILE")
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// A git command isolated from the user's configuration that must succeed;
+/// its stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = git_output(dir, args);
     assert!(
         out.status.success(),
         "git {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// `manifest` (a `Cargo.toml` text) with its first `version = "…"` value
+/// replaced by `version`: how the tests publish a new upstream version.
+pub fn set_package_version(manifest: &str, version: &str) -> String {
+    let start = manifest.find("version = \"").unwrap() + "version = \"".len();
+    let end = start + manifest[start..].find('"').unwrap();
+    format!("{}{version}{}", &manifest[..start], &manifest[end..])
 }
 
 impl Fixture {
