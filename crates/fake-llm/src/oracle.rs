@@ -74,12 +74,14 @@ impl Observation {
     }
 }
 
-/// The reply text for a request: an echo of its last user text plus the tag.
+/// The reply text for a request: an echo of its last user text plus the tag of `seen`, the
+/// request's [`Observation`] (the server has already made it for its log, and observing walks
+/// every string of the body).
 #[must_use]
-pub fn reply_text(body: &Value) -> String {
+pub fn reply_text(body: &Value, seen: &Observation) -> String {
     let echo: String = last_user_text(body).chars().take(ECHO_CHARS).collect();
     let echo = echo.split_whitespace().collect::<Vec<_>>().join(" ");
-    format!("fake reply to: {echo} {}", Observation::of(body).tag())
+    format!("fake reply to: {echo} {}", seen.tag())
 }
 
 /// Every token shaped `letters-digits` (one or more ASCII letters, a dash, four or more digits)
@@ -229,7 +231,7 @@ mod tests {
             {"role": "assistant", "content": "answer"}]});
         assert_eq!(last_user_text(&body), "second");
         assert_eq!(
-            reply_text(&body),
+            reply_text(&body, &Observation::of(&body)),
             "fake reply to: second [fake-llm user_messages=2 nonces=]"
         );
     }
@@ -239,7 +241,7 @@ mod tests {
         let body =
             json!({"input": [{"role": "user", "content": "remember alpha-7301 bravo-2212"}]});
         let seen = Observation::of(&body);
-        let reply = format!("**note** {} trailing", reply_text(&body));
+        let reply = format!("**note** {} trailing", reply_text(&body, &seen));
         assert_eq!(Observation::parse(&reply), Some(seen.clone()));
         assert_eq!(seen.user_messages, 1);
         assert_eq!(

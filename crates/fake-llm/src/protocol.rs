@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use crate::oracle::reply_text;
+use crate::oracle::{Observation, reply_text};
 use crate::sse::SseEvent;
 
 /// Fake token counts: small and constant, so adapters' usage bookkeeping has numbers to add.
@@ -135,8 +135,9 @@ pub fn parse_body(endpoint: Endpoint, bytes: &[u8]) -> Result<Value, BadRequest>
         }
     };
     match endpoint {
-        Endpoint::AnthropicMessages | Endpoint::AnthropicCountTokens => array("messages")?,
-        Endpoint::ChatCompletions => array("messages")?,
+        Endpoint::AnthropicMessages
+        | Endpoint::AnthropicCountTokens
+        | Endpoint::ChatCompletions => array("messages")?,
         Endpoint::OpenAiResponses
             if !body
                 .get("input")
@@ -152,8 +153,8 @@ pub fn parse_body(endpoint: Endpoint, bytes: &[u8]) -> Result<Value, BadRequest>
     Ok(body)
 }
 
-/// Whether the request asked for a stream.
-fn wants_stream(body: &Value) -> bool {
+/// Whether the request asked for a stream (the server's request log records it too).
+pub(crate) fn wants_stream(body: &Value) -> bool {
     body.get("stream").and_then(Value::as_bool) == Some(true)
 }
 
@@ -162,14 +163,16 @@ fn model(body: &Value) -> Value {
     body.get("model").cloned().unwrap_or(Value::Null)
 }
 
-/// The answer to a checked request body. `seq` makes the ids unique within one server.
+/// The answer to a checked request body. `seen` is the body's [`Observation`], which completion
+/// replies carry (made once by the caller, who logs it too; other endpoints ignore it). `seq`
+/// makes the ids unique within one server.
 #[must_use]
-pub fn answer(endpoint: Endpoint, body: &Value, seq: u64) -> Reply {
+pub fn answer(endpoint: Endpoint, body: &Value, seen: &Observation, seq: u64) -> Reply {
     match endpoint {
-        Endpoint::AnthropicMessages => anthropic(body, seq),
+        Endpoint::AnthropicMessages => anthropic(body, seen, seq),
         Endpoint::AnthropicCountTokens => Reply::Json(200, json!({"input_tokens": INPUT_TOKENS})),
-        Endpoint::OpenAiResponses => responses(body, seq),
-        Endpoint::ChatCompletions => chat(body, seq),
+        Endpoint::OpenAiResponses => responses(body, seen, seq),
+        Endpoint::ChatCompletions => chat(body, seen, seq),
         Endpoint::ListModels => Reply::Json(200, json!({"object": "list", "data": []})),
         Endpoint::Probe => Reply::Json(200, json!({})),
         Endpoint::WrongMethod => error(405, "method not allowed on this path"),
@@ -187,9 +190,9 @@ pub fn error(status: u16, message: &str) -> Reply {
 }
 
 /// Anthropic Messages: one text block, `end_turn`.
-fn anthropic(body: &Value, seq: u64) -> Reply {
+fn anthropic(body: &Value, seen: &Observation, seq: u64) -> Reply {
     let id = format!("msg_fake{seq:08}");
-    let text = reply_text(body);
+    let text = reply_text(body, seen);
     let usage = json!({"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS,
         "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0});
     if !wants_stream(body) {
@@ -233,10 +236,10 @@ fn anthropic(body: &Value, seq: u64) -> Reply {
 }
 
 /// OpenAI Responses: always streamed (codex-acp only streams), one output message.
-fn responses(body: &Value, seq: u64) -> Reply {
+fn responses(body: &Value, seen: &Observation, seq: u64) -> Reply {
     let response_id = format!("resp_fake{seq:08}");
     let item_id = format!("msg_fake{seq:08}");
-    let text = reply_text(body);
+    let text = reply_text(body, seen);
     let item = json!({"type": "message", "id": item_id, "status": "completed", "role": "assistant",
         "content": [{"type": "output_text", "text": text, "annotations": []}]});
     let usage = json!({"input_tokens": INPUT_TOKENS, "input_tokens_details": {"cached_tokens": 0},
@@ -279,9 +282,9 @@ fn responses(body: &Value, seq: u64) -> Reply {
 
 /// Chat Completions: SSE chunks ending in `[DONE]` (with a usage chunk when asked), or one JSON
 /// completion without `stream`.
-fn chat(body: &Value, seq: u64) -> Reply {
+fn chat(body: &Value, seen: &Observation, seq: u64) -> Reply {
     let id = format!("chatcmpl-fake{seq:08}");
-    let text = reply_text(body);
+    let text = reply_text(body, seen);
     let usage = json!({"prompt_tokens": INPUT_TOKENS, "completion_tokens": OUTPUT_TOKENS,
         "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS});
     if !wants_stream(body) {
@@ -321,7 +324,11 @@ fn chat(body: &Value, seq: u64) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oracle::Observation;
+
+    /// [`answer`] with the observation the server would make of `body`.
+    fn answer_to(endpoint: Endpoint, body: &Value, seq: u64) -> Reply {
+        answer(endpoint, body, &Observation::of(body), seq)
+    }
 
     fn streamed_text(reply: &Reply, pick: impl Fn(&Value) -> Option<&str>) -> String {
         let Reply::Stream(events) = reply else {
@@ -376,7 +383,7 @@ mod tests {
     fn anthropic_json_and_stream_carry_the_oracle() {
         let body = json!({"model": "claude-x", "messages": [
             {"role": "user", "content": "remember alpha-7301"}]});
-        let Reply::Json(200, json) = answer(Endpoint::AnthropicMessages, &body, 7) else {
+        let Reply::Json(200, json) = answer_to(Endpoint::AnthropicMessages, &body, 7) else {
             panic!("expected JSON");
         };
         assert_eq!(json["id"], "msg_fake00000007");
@@ -391,7 +398,7 @@ mod tests {
 
         let mut stream_body = body.clone();
         stream_body["stream"] = json!(true);
-        let reply = answer(Endpoint::AnthropicMessages, &stream_body, 8);
+        let reply = answer_to(Endpoint::AnthropicMessages, &stream_body, 8);
         let Reply::Stream(events) = &reply else {
             panic!("expected a stream");
         };
@@ -409,7 +416,10 @@ mod tests {
             ]
         );
         let text = streamed_text(&reply, |v| v.pointer("/delta/text")?.as_str());
-        assert_eq!(text, reply_text(&stream_body));
+        assert_eq!(
+            text,
+            reply_text(&stream_body, &Observation::of(&stream_body))
+        );
     }
 
     #[test]
@@ -417,7 +427,7 @@ mod tests {
         let body = json!({"model": "gpt-fake", "stream": true,
             "input": [{"type": "message", "role": "user",
                 "content": [{"type": "input_text", "text": "hi bravo-2212"}]}]});
-        let reply = answer(Endpoint::OpenAiResponses, &body, 1);
+        let reply = answer_to(Endpoint::OpenAiResponses, &body, 1);
         let delta = streamed_text(&reply, |v| {
             (v["type"] == "response.output_text.delta").then(|| v["delta"].as_str())?
         });
@@ -434,7 +444,7 @@ mod tests {
         let body = json!({"model": "m", "stream": true,
             "stream_options": {"include_usage": true},
             "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]});
-        let Reply::Stream(events) = answer(Endpoint::ChatCompletions, &body, 3) else {
+        let Reply::Stream(events) = answer_to(Endpoint::ChatCompletions, &body, 3) else {
             panic!("expected a stream");
         };
         assert_eq!(events.last().map(|e| e.data.as_str()), Some("[DONE]"));
@@ -442,7 +452,7 @@ mod tests {
         assert_eq!(usage["usage"]["total_tokens"], 15);
         let mut plain = body.clone();
         plain["stream"] = json!(false);
-        let Reply::Json(200, json) = answer(Endpoint::ChatCompletions, &plain, 4) else {
+        let Reply::Json(200, json) = answer_to(Endpoint::ChatCompletions, &plain, 4) else {
             panic!("expected JSON");
         };
         assert_eq!(json["choices"][0]["finish_reason"], "stop");

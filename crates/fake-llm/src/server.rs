@@ -203,7 +203,12 @@ async fn serve_connection(stream: TcpStream, shared: &Shared) -> Result<(), Http
 fn respond(endpoint: Endpoint, request: &Request, shared: &Shared) -> Reply {
     tracing::info!(method = %request.method, path = %request.path, bytes = request.body.len(), ?endpoint, "request");
     if !endpoint.takes_json() {
-        return protocol::answer(endpoint, &serde_json::Value::Null, 0);
+        return protocol::answer(
+            endpoint,
+            &serde_json::Value::Null,
+            &Observation::default(),
+            0,
+        );
     }
     let body = match protocol::parse_body(endpoint, &request.body) {
         Ok(body) => body,
@@ -212,7 +217,8 @@ fn respond(endpoint: Endpoint, request: &Request, shared: &Shared) -> Reply {
             return protocol::error(400, &e.to_string());
         }
     };
-    if endpoint.is_completion() {
+    // Observed once: the log records it and the reply's tag carries it.
+    let seen = if endpoint.is_completion() {
         let seen = Observation::of(&body);
         tracing::info!(path = %request.path, user_messages = seen.user_messages, nonces = ?seen.nonces, "completion");
         if let Some(log) = &shared.log {
@@ -224,17 +230,22 @@ fn respond(endpoint: Endpoint, request: &Request, shared: &Shared) -> Reply {
                     .map(str::to_owned),
                 bytes: request.body.len(),
                 user_messages: seen.user_messages,
-                nonces: seen.nonces.into_iter().collect(),
-                stream: body.get("stream").and_then(serde_json::Value::as_bool) == Some(true),
+                nonces: seen.nonces.iter().cloned().collect(),
+                stream: protocol::wants_stream(&body),
             };
             if let Err(e) = log.append(&record) {
                 tracing::error!(error = %e, "cannot write the request log");
             }
         }
-    }
+        seen
+    } else {
+        // Count tokens: its answer carries no tag.
+        Observation::default()
+    };
     protocol::answer(
         endpoint,
         &body,
+        &seen,
         shared.seq.fetch_add(1, Ordering::Relaxed) + 1,
     )
 }
