@@ -7,6 +7,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use buzz_acp::testing::AGENT_CWD;
+
 /// Why the tier cannot run a scenario.
 #[derive(Debug, thiserror::Error)]
 pub enum TierError {
@@ -98,6 +100,20 @@ impl Adapter {
             ),
         }
     }
+}
+
+/// Creates the fixed cwd the scenarios hand agents ([`AGENT_CWD`], so wire logs are stable):
+/// real agents need it to exist.
+///
+/// # Errors
+///
+/// [`TierError::Io`] when it cannot be created.
+pub fn create_agent_cwd() -> Result<(), TierError> {
+    std::fs::create_dir_all(AGENT_CWD).map_err(|source| TierError::Io {
+        action: "creating the scenario cwd",
+        path: PathBuf::from(AGENT_CWD),
+        source,
+    })
 }
 
 /// Where `scripts/install-adapters` put the adapters: `$BUZZ_ADAPTERS_DIR`, or `target/adapters`

@@ -32,6 +32,18 @@ pub fn processes_with_home(home: &Path) -> Vec<u32> {
     pids
 }
 
+/// Kills (SIGKILL, by pid) every live process whose environment contains `HOME=<home>`, so a
+/// run never leaves an agent behind, even when the harness did. Best effort: a process that is
+/// already gone is no failure.
+pub fn kill_processes_with_home(home: &Path) {
+    for pid in processes_with_home(home) {
+        let _ = std::process::Command::new("kill")
+            .arg("-KILL")
+            .arg(pid.to_string())
+            .status();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

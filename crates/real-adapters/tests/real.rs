@@ -18,17 +18,17 @@
 //!
 //! After every harness exit, no process of the agent's throw-away home may be left.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use buzz_acp::relay::Event;
-use buzz_acp::testing::{AGENT_CWD, Scenario, wait_until};
+use buzz_acp::testing::{Scenario, wait_until};
 use fake_llm::Observation;
-use real_adapters::adapter::install_dir;
+use real_adapters::adapter::{create_agent_cwd, install_dir};
 use real_adapters::binaries::{baseline_harness, patched_harness};
 use real_adapters::llm::Llm;
-use real_adapters::procs::processes_with_home;
+use real_adapters::procs::{kill_processes_with_home, processes_with_home};
 use real_adapters::{Adapter, AgentHome, TierError};
 
 /// A single reply from a real adapter, cold start included.
@@ -58,13 +58,7 @@ struct Rig {
 
 impl Rig {
     fn new(adapter: Adapter) -> Result<Self> {
-        // The scenarios hand agents a fixed cwd (so wire logs are stable); real agents need it
-        // to exist.
-        std::fs::create_dir_all(AGENT_CWD).map_err(|source| TierError::Io {
-            action: "creating the scenario cwd",
-            path: PathBuf::from(AGENT_CWD),
-            source,
-        })?;
+        create_agent_cwd()?;
         let dir = tempfile::tempdir().map_err(|source| TierError::Io {
             action: "creating a temp dir",
             path: std::env::temp_dir(),
@@ -239,12 +233,7 @@ impl Rig {
     /// Kills (by pid) whatever still runs in this agent's home, so a failed scenario leaks
     /// nothing into the next one.
     fn kill_agents(&self) {
-        for pid in processes_with_home(&self.agent.home) {
-            let _ = std::process::Command::new("kill")
-                .arg("-KILL")
-                .arg(pid.to_string())
-                .status();
-        }
+        kill_processes_with_home(&self.agent.home);
     }
 }
 

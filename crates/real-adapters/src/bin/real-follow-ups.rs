@@ -13,16 +13,15 @@
 //! scripts/measure real-adapters [--runs N] [--adapter NAME]...
 //! ```
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use buzz_acp::relay::Event;
-use buzz_acp::testing::{AGENT_CWD, Scenario, wait_until_every};
+use buzz_acp::testing::{Scenario, wait_until_every};
 use clap::Parser;
-use real_adapters::adapter::install_dir;
+use real_adapters::adapter::{create_agent_cwd, install_dir};
 use real_adapters::binaries::patched_harness;
 use real_adapters::llm::Llm;
-use real_adapters::procs::processes_with_home;
+use real_adapters::procs::kill_processes_with_home;
 use real_adapters::{Adapter, AgentHome, TierError};
 
 /// How long one reply may take (a cold start of a real adapter included).
@@ -156,13 +155,8 @@ fn sample(adapter: Adapter, mode: Mode) -> Result<Sample, TierError> {
     let calls = llm.requests()?;
     let follow_up = &calls[calls_before..];
     running.stop().map_err(|e| fail(e.to_string()))?;
-    for pid in processes_with_home(&agent.home) {
-        // Never leave an agent behind, even if the harness did (the tier reports that case).
-        let _ = std::process::Command::new("kill")
-            .arg("-KILL")
-            .arg(pid.to_string())
-            .status();
-    }
+    // Never leave an agent behind, even if the harness did (the tier reports that case).
+    kill_processes_with_home(&agent.home);
     Ok(Sample {
         elapsed,
         model_calls: follow_up.len(),
@@ -178,11 +172,7 @@ fn median<T: Ord + Copy + Default>(mut v: Vec<T>) -> T {
 
 fn main() -> Result<(), TierError> {
     let args = Args::parse();
-    std::fs::create_dir_all(AGENT_CWD).map_err(|source| TierError::Io {
-        action: "creating the scenario cwd",
-        path: PathBuf::from(AGENT_CWD),
-        source,
-    })?;
+    create_agent_cwd()?;
     let adapters = if args.adapter.is_empty() {
         Adapter::ALL.to_vec()
     } else {
