@@ -220,9 +220,10 @@ async fn follow_ups_around_turn_ends_are_never_lost() {
                 answer.content
             );
         }
+        // The harness has exited: the relay no longer changes.
+        let replies = s.replies();
         for event in &posted {
-            let answers = s
-                .replies()
+            let answers = replies
                 .iter()
                 .filter(|r| r.thread_refs().reply.as_deref() == Some(event.id.as_str()))
                 .count();
