@@ -193,6 +193,15 @@ pub(crate) fn quarantine(path: &Path) -> Result<PathBuf, StoreError> {
     Ok(target)
 }
 
+/// `path` with `suffix` appended to its last component (`x.json` → `x.json.lock`): the names of
+/// sibling files (lock, log, backup) are spelled this way, and `Path::with_extension` would replace
+/// an extension rather than add to it.
+pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 fn parent_dir(path: &Path) -> &Path {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,

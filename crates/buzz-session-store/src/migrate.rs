@@ -20,7 +20,7 @@ use crate::format::{self, Problem};
 use crate::fsio::{self, Raw};
 use crate::key::KeyScheme;
 use crate::receipt_store::{ImportOutcome, ReceiptStore, UnixMillis};
-use crate::store::{MAX_STORE_BYTES, StoreScope};
+use crate::store::{MAX_STORE_BYTES, StoreScope, json_store_paths};
 
 /// How long the import waits for an old harness's writer lock.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -50,13 +50,6 @@ pub enum Migration {
     },
 }
 
-/// The JSON store file of `agent_pubkey` in `state_dir`, if the key can name a file.
-pub fn legacy_json_path(state_dir: &Path, agent_pubkey: &str) -> Option<PathBuf> {
-    let usable =
-        !agent_pubkey.is_empty() && agent_pubkey.bytes().all(|b| b.is_ascii_alphanumeric());
-    usable.then(|| state_dir.join(format!("sessions-{agent_pubkey}.json")))
-}
-
 /// Imports the JSON store of `scope` from `state_dir` into `store` (see the module docs).
 ///
 /// # Errors
@@ -69,15 +62,13 @@ pub fn import_json_store(
     store: &dyn ReceiptStore,
     now: UnixMillis,
 ) -> Result<Migration, StoreError> {
-    let Some(path) = legacy_json_path(state_dir, &scope.agent_pubkey) else {
+    let Some((path, lock_path)) = json_store_paths(state_dir, &scope.agent_pubkey) else {
         return Ok(Migration::NoLegacyFile);
     };
     if fs::symlink_metadata(&path).is_err() {
         return Ok(Migration::NoLegacyFile);
     }
-    let mut lock_name = path.as_os_str().to_owned();
-    lock_name.push(".lock");
-    let _lock = fsio::lock(Path::new(&lock_name), LOCK_TIMEOUT)?;
+    let _lock = fsio::lock(&lock_path, LOCK_TIMEOUT)?;
     let skipped = |reason: String| Migration::Skipped {
         path: path.clone(),
         reason,

@@ -40,7 +40,7 @@ use crate::receipt_store::{
     StoredReceipt, UnixMillis,
 };
 use crate::record::SessionRecord;
-use crate::row::{self, CommitPlan, LedgerColumns, Row};
+use crate::row::{self, LedgerColumns, Row};
 use crate::store::StoreScope;
 
 /// Newest schema this build reads and writes.
@@ -139,11 +139,7 @@ impl PgStore {
         scheme: KeyScheme,
         max_receipts: usize,
     ) -> Result<Self, StoreError> {
-        if max_receipts == 0 {
-            return Err(StoreError::Config {
-                reason: "the receipt cap must be at least 1".into(),
-            });
-        }
+        row::check_cap(max_receipts)?;
         let mut config: Config = url.parse().map_err(|e| StoreError::Config {
             reason: format!("unparsable PostgreSQL URL: {e}"),
         })?;
@@ -282,14 +278,6 @@ struct Db<'a, C: GenericClient> {
 }
 
 impl Link {
-    fn pg_error(&self, op: &'static str) -> impl Fn(postgres::Error) -> StoreError + '_ {
-        move |source| StoreError::Postgres {
-            target: self.target.clone(),
-            op,
-            source,
-        }
-    }
-
     /// The live client, connecting (again) if needed.
     fn connect(&mut self, op: &'static str) -> Result<(), StoreError> {
         if self.client.as_ref().is_some_and(|c| !c.is_closed()) {
@@ -297,7 +285,10 @@ impl Link {
         }
         self.client = None;
         self.statements.clear();
-        let mut client = self.config.connect(NoTls).map_err(self.pg_error(op))?;
+        let mut client = self
+            .config
+            .connect(NoTls)
+            .map_err(pg_err(&self.target, op))?;
         client
             .batch_execute(&format!(
                 "SET statement_timeout = {STATEMENT_TIMEOUT_MS}; \
@@ -305,7 +296,7 @@ impl Link {
                  SET idle_in_transaction_session_timeout = {};",
                 STATEMENT_TIMEOUT_MS * 2
             ))
-            .map_err(self.pg_error(op))?;
+            .map_err(pg_err(&self.target, op))?;
         self.client = Some(client);
         Ok(())
     }
@@ -390,29 +381,22 @@ impl Link {
         op: &'static str,
         body: &mut impl FnMut(&mut Db<'_, Transaction<'_>>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let target = self.target.clone();
-        let scope_id = self.scope_id;
-        let Some(client) = self.client.as_mut() else {
-            return Err(StoreError::Unavailable {
-                target,
-                op,
-                reason: "not connected".into(),
-            });
-        };
-        let error = |source| StoreError::Postgres {
-            target: target.clone(),
+        let Db {
+            client,
+            statements,
+            target,
             op,
-            source,
-        };
-        let mut tx = client.transaction().map_err(error)?;
+            scope_id,
+        } = self.db(op)?;
+        let mut tx = client.transaction().map_err(pg_err(target, op))?;
         let out = body(&mut Db {
             client: &mut tx,
-            statements: &mut self.statements,
-            target: &target,
+            statements,
+            target,
             op,
             scope_id,
         })?;
-        tx.commit().map_err(error)?;
+        tx.commit().map_err(pg_err(target, op))?;
         Ok(out)
     }
 
@@ -423,34 +407,31 @@ impl Link {
         body: impl FnOnce(&mut Db<'_, Client>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         self.connect(op)?;
-        let target = self.target.clone();
-        let scope_id = self.scope_id;
+        body(&mut self.db(op)?)
+    }
+
+    /// A query context on the live client; `Unavailable` if [`Link::connect`] did not leave one.
+    fn db(&mut self, op: &'static str) -> Result<Db<'_, Client>, StoreError> {
         let Some(client) = self.client.as_mut() else {
             return Err(StoreError::Unavailable {
-                target,
+                target: self.target.clone(),
                 op,
                 reason: "not connected".into(),
             });
         };
-        body(&mut Db {
+        Ok(Db {
             client,
             statements: &mut self.statements,
-            target: &target,
+            target: &self.target,
             op,
-            scope_id,
+            scope_id: self.scope_id,
         })
     }
 }
 
 impl<C: GenericClient> Db<'_, C> {
     fn error(&self) -> impl Fn(postgres::Error) -> StoreError + use<'_, C> {
-        let target = self.target.to_owned();
-        let op = self.op;
-        move |source| StoreError::Postgres {
-            target: target.clone(),
-            op,
-            source,
-        }
+        pg_err(self.target, self.op)
     }
 
     fn statement(&mut self, sql: &'static str) -> Result<Statement, StoreError> {
@@ -526,12 +507,10 @@ impl<C: GenericClient> Db<'_, C> {
     /// Evicts least recently used receipts (never `keep`) so that `count` fits the cap; the
     /// counter row must be locked. Returns how many were removed.
     fn evict(&mut self, count: i64, cap: usize, keep: &str) -> Result<i64, StoreError> {
-        let cap = i64::try_from(cap).unwrap_or(i64::MAX);
-        if count <= cap {
+        let Some(excess) = row::excess_over_cap(count, cap) else {
             return Ok(0);
-        }
+        };
         let scope_id = self.scope_id;
-        let excess = count - cap;
         let evicted = self.execute(
             "DELETE FROM buzz_receipts WHERE scope_id = $1 AND scope_key IN (
                  SELECT scope_key FROM buzz_receipts
@@ -552,16 +531,8 @@ impl ReceiptStore for PgStore {
         self.target.clone()
     }
 
-    fn scope(&self) -> &StoreScope {
-        &self.scope
-    }
-
     fn scheme(&self) -> KeyScheme {
         self.scheme
-    }
-
-    fn max_receipts(&self) -> usize {
-        self.max_receipts
     }
 
     fn get(&self, key: &ScopeKey) -> Result<Option<SessionRecord>, StoreError> {
@@ -583,8 +554,7 @@ impl ReceiptStore for PgStore {
         record: &SessionRecord,
         now: UnixMillis,
     ) -> Result<PutOutcome, StoreError> {
-        let (key, record) = row::prepare_put(self.scheme, key, record)?;
-        let row = Row::from_record(&key, &record, now)?;
+        let row = row::put_row(self.scheme, key, record, now)?;
         let cap = self.max_receipts;
         self.call("put", move |link| {
             link.write("put", |db| {
@@ -698,62 +668,51 @@ impl ReceiptStore for PgStore {
                      FROM buzz_receipts WHERE scope_id = $1 AND scope_key = $2 FOR UPDATE",
                     &[&scope_id, &storage_key],
                 )?;
-                let stored = match stored {
-                    None => None,
-                    Some(r) => {
-                        let session: String = r.try_get(0).map_err(db.error())?;
+                let stored = stored
+                    .map(|r| {
                         let ledger = LedgerColumns {
-                            standing_context_sent: r.try_get(1).map_err(db.error())?,
-                            delivered_event_ids: r.try_get(2).map_err(db.error())?,
-                        }
-                        .decode(&storage_key)?;
-                        Some((session, ledger))
-                    }
-                };
-                let plan = row::plan_commit(
-                    stored.as_ref().map(|(s, l)| (s.as_str(), l.clone())),
+                            standing_context_sent: r.try_get(1)?,
+                            delivered_event_ids: r.try_get(2)?,
+                        };
+                        Ok((r.try_get(0)?, ledger))
+                    })
+                    .transpose()
+                    .map_err(db.error())?;
+                let plan = row::plan_commit_row(
+                    &storage_key,
+                    stored,
                     &session_id,
                     standing_sent,
                     &new_ids,
                     &live_window,
                 )?;
+                let (outcome, ledger) = match plan.into_update() {
+                    Ok(update) => update,
+                    Err(answer) => return Ok(answer),
+                };
                 let now = now.to_sql();
-                let (outcome, updated) = match plan {
-                    CommitPlan::NoReceipt => return Ok(CommitOutcome::NoReceipt),
-                    CommitPlan::OtherSession(stored_session_id) => {
-                        return Ok(CommitOutcome::OtherSession { stored_session_id });
-                    }
-                    CommitPlan::Unchanged => (
-                        CommitOutcome::Unchanged,
-                        db.execute(
-                            "UPDATE buzz_receipts SET last_used_ms = $4
-                             WHERE scope_id = $1 AND scope_key = $2 AND session_id = $3",
-                            &[&scope_id, &storage_key, &session_id, &now],
-                        )?,
-                    ),
-                    CommitPlan::Write(ledger) => (
-                        CommitOutcome::Written,
-                        db.execute(
-                            "UPDATE buzz_receipts SET standing_context_sent = $4,
-                                 delivered_event_ids = $5, last_used_ms = $6
-                             WHERE scope_id = $1 AND scope_key = $2 AND session_id = $3",
-                            &[
-                                &scope_id,
-                                &storage_key,
-                                &session_id,
-                                &ledger.standing_context_sent,
-                                &ledger.delivered_event_ids,
-                                &now,
-                            ],
-                        )?,
-                    ),
+                let updated = match ledger {
+                    None => db.execute(
+                        "UPDATE buzz_receipts SET last_used_ms = $4
+                         WHERE scope_id = $1 AND scope_key = $2 AND session_id = $3",
+                        &[&scope_id, &storage_key, &session_id, &now],
+                    )?,
+                    Some(ledger) => db.execute(
+                        "UPDATE buzz_receipts SET standing_context_sent = $4,
+                             delivered_event_ids = $5, last_used_ms = $6
+                         WHERE scope_id = $1 AND scope_key = $2 AND session_id = $3",
+                        &[
+                            &scope_id,
+                            &storage_key,
+                            &session_id,
+                            &ledger.standing_context_sent,
+                            &ledger.delivered_event_ids,
+                            &now,
+                        ],
+                    )?,
                 };
                 // The row is locked since the read, so the guarded UPDATE matches it.
-                Ok(if updated == 1 {
-                    outcome
-                } else {
-                    CommitOutcome::NoReceipt
-                })
+                Ok(row::guarded_outcome(outcome, updated))
             })
         })
     }
@@ -868,25 +827,24 @@ fn delete_one(
 ) -> Result<Removal, StoreError> {
     let count = db.lock_count()?;
     let scope_id = db.scope_id;
-    let stored = db.query_opt(
-        "SELECT session_id FROM buzz_receipts WHERE scope_id = $1 AND scope_key = $2",
-        &[&scope_id, &storage_key],
-    )?;
-    let Some(stored) = stored else {
-        return Ok(Removal::Absent);
+    let stored = db
+        .query_opt(
+            "SELECT session_id FROM buzz_receipts WHERE scope_id = $1 AND scope_key = $2",
+            &[&scope_id, &storage_key],
+        )?
+        .map(|r| r.try_get(0))
+        .transpose()
+        .map_err(db.error())?;
+    let session_id = match row::plan_removal(stored, only_session) {
+        Ok(session_id) => session_id,
+        Err(answer) => return Ok(answer),
     };
-    let stored: String = stored.try_get(0).map_err(db.error())?;
-    if only_session.is_some_and(|wanted| wanted != stored) {
-        return Ok(Removal::OtherSession {
-            stored_session_id: stored,
-        });
-    }
     db.execute(
         "DELETE FROM buzz_receipts WHERE scope_id = $1 AND scope_key = $2",
         &[&scope_id, &storage_key],
     )?;
     db.set_count(count - 1)?;
-    Ok(Removal::Removed { session_id: stored })
+    Ok(Removal::Removed { session_id })
 }
 
 fn read_row(r: &postgres::Row) -> Result<Row, postgres::Error> {
@@ -901,6 +859,16 @@ fn read_row(r: &postgres::Row) -> Result<Row, postgres::Error> {
         delivered_event_ids: r.try_get(7)?,
         last_used_ms: r.try_get(8)?,
     })
+}
+
+/// Maps a PostgreSQL error of `op` on `target` (built in one place so every error names the
+/// server and the operation the same way).
+fn pg_err<'a>(target: &'a str, op: &'static str) -> impl Fn(postgres::Error) -> StoreError + 'a {
+    move |source| StoreError::Postgres {
+        target: target.to_owned(),
+        op,
+        source,
+    }
 }
 
 /// Whether the server rolled the transaction back in a way that is safe to retry.

@@ -17,7 +17,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::error::StoreError;
 use crate::key::{KeyScheme, ScopeKey};
 use crate::record::SessionRecord;
-use crate::store::StoreScope;
 
 /// Wall-clock time in milliseconds since the Unix epoch. Passed in by the caller wherever recency is
 /// recorded, so tests decide what "now" is and eviction order is deterministic.
@@ -172,14 +171,8 @@ pub trait ReceiptStore: Send + Sync + fmt::Debug {
     /// Where the receipts live (a path, or a PostgreSQL target without credentials).
     fn location(&self) -> String;
 
-    /// Whose receipts these are.
-    fn scope(&self) -> &StoreScope;
-
     /// How keys are mapped.
     fn scheme(&self) -> KeyScheme;
-
-    /// The least-recently-used cap: at most this many receipts are kept for the scope.
-    fn max_receipts(&self) -> usize;
 
     /// The receipt for `key`, read fresh (another process may have written since). Does not
     /// change recency.

@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use crate::delivery::bound_delivered;
 use crate::error::StoreError;
 use crate::key::{KeyScheme, ScopeKey};
-use crate::receipt_store::{StoredReceipt, UnixMillis};
+use crate::receipt_store::{CommitOutcome, Removal, StoredReceipt, UnixMillis};
 use crate::record::{DeliveryRecord, SessionRecord};
 
 /// One receipt in column form.
@@ -72,13 +72,9 @@ impl LedgerColumns {
     }
 }
 
-/// Checks a `put` and returns the key as stored and the record in the form written.
-pub(crate) fn prepare_put(
-    scheme: KeyScheme,
-    key: &ScopeKey,
-    record: &SessionRecord,
-) -> Result<(ScopeKey, SessionRecord), StoreError> {
-    let key = scheme.map(key);
+/// Refuses a key or record that could never be read back: one rule for every store, the SQL
+/// backends and the old JSON file alike. `key` is already mapped by the store's scheme.
+pub(crate) fn check_put(key: &ScopeKey, record: &SessionRecord) -> Result<(), StoreError> {
     if let Err(e) = key.validate() {
         return Err(StoreError::Invalid {
             key: key.to_storage_key(),
@@ -91,7 +87,29 @@ pub(crate) fn prepare_put(
             reason: "empty session id".into(),
         });
     }
+    Ok(())
+}
+
+/// Checks a `put` and returns the key as stored and the record in the form written.
+pub(crate) fn prepare_put(
+    scheme: KeyScheme,
+    key: &ScopeKey,
+    record: &SessionRecord,
+) -> Result<(ScopeKey, SessionRecord), StoreError> {
+    let key = scheme.map(key);
+    check_put(&key, record)?;
     Ok((key, record.clone().normalized()))
+}
+
+/// The row a `put` writes: checked and mapped (see [`prepare_put`]), used `now`.
+pub(crate) fn put_row(
+    scheme: KeyScheme,
+    key: &ScopeKey,
+    record: &SessionRecord,
+    now: UnixMillis,
+) -> Result<Row, StoreError> {
+    let (key, record) = prepare_put(scheme, key, record)?;
+    Row::from_record(&key, &record, now)
 }
 
 /// The rows an `import` writes: each record checked and mapped as a `put` would be, used `now`.
@@ -102,11 +120,44 @@ pub(crate) fn prepare_import(
 ) -> Result<Vec<Row>, StoreError> {
     records
         .iter()
-        .map(|(key, record)| {
-            let (key, record) = prepare_put(scheme, key, record)?;
-            Row::from_record(&key, &record, now)
-        })
+        .map(|(key, record)| put_row(scheme, key, record, now))
         .collect()
+}
+
+/// Refuses a zero receipt cap at open: a store that evicts every receipt it writes would look
+/// enabled while remembering nothing.
+pub(crate) fn check_cap(max_receipts: usize) -> Result<(), StoreError> {
+    if max_receipts == 0 {
+        return Err(StoreError::Config {
+            reason: "the receipt cap must be at least 1".into(),
+        });
+    }
+    Ok(())
+}
+
+/// How many receipts to evict so that `count` fits `cap`, or `None` when it already fits. In
+/// `i64` because both databases count in signed 64-bit columns.
+pub(crate) fn excess_over_cap(count: i64, cap: usize) -> Option<i64> {
+    let cap = i64::try_from(cap).unwrap_or(i64::MAX);
+    (count > cap).then(|| count - cap)
+}
+
+/// Decides a `remove` (`only_session: None`) or `remove_if_session` from the session the stored
+/// receipt names: `Ok(session)` means delete the row and report it removed; `Err` is the final
+/// answer, and nothing is deleted.
+pub(crate) fn plan_removal(
+    stored: Option<String>,
+    only_session: Option<&str>,
+) -> Result<String, Removal> {
+    let Some(stored) = stored else {
+        return Err(Removal::Absent);
+    };
+    if only_session.is_some_and(|wanted| wanted != stored) {
+        return Err(Removal::OtherSession {
+            stored_session_id: stored,
+        });
+    }
+    Ok(stored)
 }
 
 impl Row {
@@ -177,9 +228,28 @@ pub(crate) enum CommitPlan {
     Write(LedgerColumns),
 }
 
-/// The stale-commit guard and the ledger bound, as one pure decision.
+impl CommitPlan {
+    /// The guarded `UPDATE` a backend runs for this plan: `Ok((outcome, ledger))` writes `ledger`
+    /// (`None`: only the recency) and reports `outcome` if the guard matched (see
+    /// [`guarded_outcome`]); `Err` is the final answer, and nothing is written.
+    pub(crate) fn into_update(
+        self,
+    ) -> Result<(CommitOutcome, Option<LedgerColumns>), CommitOutcome> {
+        match self {
+            Self::NoReceipt => Err(CommitOutcome::NoReceipt),
+            Self::OtherSession(stored_session_id) => {
+                Err(CommitOutcome::OtherSession { stored_session_id })
+            }
+            Self::Unchanged => Ok((CommitOutcome::Unchanged, None)),
+            Self::Write(ledger) => Ok((CommitOutcome::Written, Some(ledger))),
+        }
+    }
+}
+
+/// The stale-commit guard and the ledger bound, as one pure decision. Takes the stored receipt
+/// by value (the caller has no further use for it), so nothing is copied on the per-turn path.
 pub(crate) fn plan_commit(
-    stored: Option<(&str, Option<DeliveryRecord>)>,
+    stored: Option<(String, Option<DeliveryRecord>)>,
     session_id: &str,
     standing_sent: bool,
     new_ids: &[String],
@@ -189,17 +259,47 @@ pub(crate) fn plan_commit(
         return Ok(CommitPlan::NoReceipt);
     };
     if stored_session != session_id {
-        return Ok(CommitPlan::OtherSession(stored_session.to_owned()));
+        return Ok(CommitPlan::OtherSession(stored_session));
     }
-    let old_ledger = old.clone().unwrap_or_default();
+    let (old_standing, old_ids) = old.as_ref().map_or((false, &[][..]), |d| {
+        (d.standing_context_sent, d.delivered_event_ids.as_slice())
+    });
     let new = DeliveryRecord {
-        standing_context_sent: old_ledger.standing_context_sent || standing_sent,
-        delivered_event_ids: bound_delivered(&old_ledger.delivered_event_ids, new_ids, live_window),
+        standing_context_sent: old_standing || standing_sent,
+        delivered_event_ids: bound_delivered(old_ids, new_ids, live_window),
     };
     if old.as_ref() == Some(&new) {
         return Ok(CommitPlan::Unchanged);
     }
     Ok(CommitPlan::Write(LedgerColumns::encode(Some(&new))?))
+}
+
+/// [`plan_commit`] from the columns a backend read for `storage_key` (its session id and ledger
+/// columns, `None` for no row). The ledger is decoded before the session is compared, so an
+/// unreadable row is reported whichever session asks.
+pub(crate) fn plan_commit_row(
+    storage_key: &str,
+    stored: Option<(String, LedgerColumns)>,
+    session_id: &str,
+    standing_sent: bool,
+    new_ids: &[String],
+    live_window: &HashSet<String>,
+) -> Result<CommitPlan, StoreError> {
+    let stored = stored
+        .map(|(session, columns)| Ok::<_, StoreError>((session, columns.decode(storage_key)?)))
+        .transpose()?;
+    plan_commit(stored, session_id, standing_sent, new_ids, live_window)
+}
+
+/// The outcome of a guarded commit `UPDATE`: the planned one if it matched the row, else
+/// `NoReceipt`. Both backends read the row under a lock, so the `UPDATE` should always match; if
+/// it ever does not, the row is gone and "no receipt" is the truthful answer.
+pub(crate) fn guarded_outcome(outcome: CommitOutcome, rows_updated: u64) -> CommitOutcome {
+    if rows_updated == 1 {
+        outcome
+    } else {
+        CommitOutcome::NoReceipt
+    }
 }
 
 /// The storage keys of one channel form the range `[channel, channel + "0")`: the conversation key
@@ -305,16 +405,28 @@ mod tests {
             CommitPlan::NoReceipt
         );
         assert_eq!(
-            plan_commit(Some(("other", None)), "s", false, &ids(&["x"]), &window).unwrap(),
+            plan_commit(
+                Some(("other".into(), None)),
+                "s",
+                false,
+                &ids(&["x"]),
+                &window
+            )
+            .unwrap(),
             CommitPlan::OtherSession("other".into())
         );
         let old = DeliveryRecord {
             standing_context_sent: true,
             delivered_event_ids: ids(&["gone", "kept"]),
         };
-        let CommitPlan::Write(cols) =
-            plan_commit(Some(("s", Some(old))), "s", false, &ids(&["x"]), &window).unwrap()
-        else {
+        let CommitPlan::Write(cols) = plan_commit(
+            Some(("s".into(), Some(old))),
+            "s",
+            false,
+            &ids(&["x"]),
+            &window,
+        )
+        .unwrap() else {
             panic!("expected a write");
         };
         assert!(
@@ -327,13 +439,20 @@ mod tests {
             delivered_event_ids: ids(&["kept", "x"]),
         };
         assert_eq!(
-            plan_commit(Some(("s", Some(same))), "s", false, &ids(&["x"]), &window).unwrap(),
+            plan_commit(
+                Some(("s".into(), Some(same))),
+                "s",
+                false,
+                &ids(&["x"]),
+                &window
+            )
+            .unwrap(),
             CommitPlan::Unchanged
         );
         // A first commit of nothing still creates the (empty) ledger: it records that a turn
         // succeeded in this session.
         assert!(matches!(
-            plan_commit(Some(("s", None)), "s", false, &[], &window).unwrap(),
+            plan_commit(Some(("s".into(), None)), "s", false, &[], &window).unwrap(),
             CommitPlan::Write(_)
         ));
     }

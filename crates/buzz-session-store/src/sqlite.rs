@@ -40,7 +40,7 @@ use crate::receipt_store::{
     StoredReceipt, UnixMillis,
 };
 use crate::record::SessionRecord;
-use crate::row::{self, CommitPlan, LedgerColumns, Row};
+use crate::row::{self, LedgerColumns, Row};
 use crate::store::StoreScope;
 
 /// The database file name inside a state directory.
@@ -90,6 +90,29 @@ CREATE TABLE buzz_receipts (
 CREATE INDEX buzz_receipts_lru ON buzz_receipts (scope_id, last_used_ms, scope_key);
 ";
 
+/// Writes one receipt, replacing the key's previous one (`put`); bound by
+/// [`SqliteStore::insert_row`].
+const UPSERT: &str = "INSERT INTO buzz_receipts (scope_id, scope_key, session_id, model,
+         permission_mode, requested_model, requested_permission_mode, standing_context_sent,
+         delivered_event_ids, last_used_ms)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+     ON CONFLICT (scope_id, scope_key) DO UPDATE SET
+         session_id = excluded.session_id, model = excluded.model,
+         permission_mode = excluded.permission_mode,
+         requested_model = excluded.requested_model,
+         requested_permission_mode = excluded.requested_permission_mode,
+         standing_context_sent = excluded.standing_context_sent,
+         delivered_event_ids = excluded.delivered_event_ids,
+         last_used_ms = excluded.last_used_ms";
+
+/// Writes one receipt only where the key has none (`import`: existing receipts are newer); bound
+/// by [`SqliteStore::insert_row`].
+const INSERT_NEW: &str = "INSERT INTO buzz_receipts (scope_id, scope_key, session_id, model,
+         permission_mode, requested_model, requested_permission_mode, standing_context_sent,
+         delivered_event_ids, last_used_ms)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+     ON CONFLICT (scope_id, scope_key) DO NOTHING";
+
 const SELECT_COLUMNS: &str = "scope_key, session_id, model, permission_mode, requested_model, \
      requested_permission_mode, standing_context_sent, delivered_event_ids, last_used_ms";
 
@@ -123,15 +146,11 @@ impl SqliteStore {
         scheme: KeyScheme,
         max_receipts: usize,
     ) -> Result<Self, StoreError> {
-        if max_receipts == 0 {
-            return Err(StoreError::Config {
-                reason: "the receipt cap must be at least 1".into(),
-            });
-        }
+        row::check_cap(max_receipts)?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             fsio::ensure_dir(dir)?;
         }
-        let conn = match connect(path) {
+        let mut conn = match connect(path) {
             Err(StoreError::Sqlite { source, .. }) if is_not_a_database(&source) => {
                 let moved = quarantine(path)?;
                 tracing::warn!(path = %path.display(), moved_to = %moved.display(), error = %source, "session store: the file is not an SQLite database; moved it aside and started a new one");
@@ -139,30 +158,20 @@ impl SqliteStore {
             }
             other => other?,
         };
-        let err = |op| {
-            move |source| StoreError::Sqlite {
-                path: path.to_path_buf(),
-                op,
-                source,
-            }
-        };
-        let mut store = Self {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite_err(path, "begin schema migration"))?;
+        migrate_schema(&tx, path)?;
+        let scope_id = register_scope(&tx, &scope).map_err(sqlite_err(path, "register scope"))?;
+        tx.commit()
+            .map_err(sqlite_err(path, "commit schema migration"))?;
+        let store = Self {
             path: path.to_path_buf(),
             scope,
             scheme,
             max_receipts,
-            scope_id: 0,
+            scope_id,
             conn: Mutex::new(conn),
-        };
-        store.scope_id = {
-            let mut conn = store.conn();
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(err("begin schema migration"))?;
-            migrate_schema(&tx, path)?;
-            let scope_id = register_scope(&tx, &store.scope).map_err(err("register scope"))?;
-            tx.commit().map_err(err("commit schema migration"))?;
-            scope_id
         };
         tracing::info!(path = %path.display(), relay = %store.scope.relay, scheme = ?scheme, max_receipts, "session store opened (sqlite)");
         Ok(store)
@@ -193,11 +202,7 @@ impl SqliteStore {
     }
 
     fn err(&self, op: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
-        move |source| StoreError::Sqlite {
-            path: self.path.clone(),
-            op,
-            source,
-        }
+        sqlite_err(&self.path, op)
     }
 
     /// Runs `body` in one `BEGIN IMMEDIATE` transaction and commits it; any error rolls back.
@@ -233,10 +238,9 @@ impl SqliteStore {
             .prepare_cached("SELECT receipts FROM buzz_receipt_scopes WHERE id = ?1")
             .and_then(|mut s| s.query_row(params![self.scope_id], |r| r.get(0)))
             .map_err(self.err("count receipts"))?;
-        let cap = i64::try_from(self.max_receipts).unwrap_or(i64::MAX);
-        if count <= cap {
+        let Some(excess) = row::excess_over_cap(count, self.max_receipts) else {
             return Ok(0);
-        }
+        };
         let evicted = tx
             .prepare_cached(
                 "DELETE FROM buzz_receipts WHERE scope_id = ?1 AND scope_key IN (
@@ -244,7 +248,7 @@ impl SqliteStore {
                      WHERE scope_id = ?1 AND scope_key <> ?2
                      ORDER BY last_used_ms, scope_key LIMIT ?3)",
             )
-            .and_then(|mut s| s.execute(params![self.scope_id, keep, count - cap]))
+            .and_then(|mut s| s.execute(params![self.scope_id, keep, excess]))
             .map_err(self.err("evict"))?;
         self.count_add(tx, -i64::try_from(evicted).unwrap_or(i64::MAX))?;
         if evicted > 0 {
@@ -253,37 +257,31 @@ impl SqliteStore {
         Ok(evicted)
     }
 
-    fn upsert(&self, tx: &Transaction<'_>, row: &Row) -> Result<(), StoreError> {
-        tx.prepare_cached(
-            "INSERT INTO buzz_receipts (scope_id, scope_key, session_id, model, permission_mode,
-                 requested_model, requested_permission_mode, standing_context_sent,
-                 delivered_event_ids, last_used_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-             ON CONFLICT (scope_id, scope_key) DO UPDATE SET
-                 session_id = excluded.session_id, model = excluded.model,
-                 permission_mode = excluded.permission_mode,
-                 requested_model = excluded.requested_model,
-                 requested_permission_mode = excluded.requested_permission_mode,
-                 standing_context_sent = excluded.standing_context_sent,
-                 delivered_event_ids = excluded.delivered_event_ids,
-                 last_used_ms = excluded.last_used_ms",
-        )
-        .and_then(|mut s| {
-            s.execute(params![
-                self.scope_id,
-                row.scope_key,
-                row.session_id,
-                row.model,
-                row.permission_mode,
-                row.requested_model,
-                row.requested_permission_mode,
-                row.standing_context_sent,
-                row.delivered_event_ids,
-                row.last_used_ms,
-            ])
-        })
-        .map_err(self.err("put"))?;
-        Ok(())
+    /// Runs `sql`, an `INSERT` of one receipt's columns as `?1`…`?10` (the scope and the row in
+    /// [`Row`] order), so `put` and `import` bind the row the same way. Returns the rows inserted.
+    fn insert_row(
+        &self,
+        tx: &Transaction<'_>,
+        op: &'static str,
+        sql: &'static str,
+        row: &Row,
+    ) -> Result<usize, StoreError> {
+        tx.prepare_cached(sql)
+            .and_then(|mut s| {
+                s.execute(params![
+                    self.scope_id,
+                    row.scope_key,
+                    row.session_id,
+                    row.model,
+                    row.permission_mode,
+                    row.requested_model,
+                    row.requested_permission_mode,
+                    row.standing_context_sent,
+                    row.delivered_event_ids,
+                    row.last_used_ms,
+                ])
+            })
+            .map_err(self.err(op))
     }
 
     fn exists(&self, tx: &Transaction<'_>, storage_key: &str) -> Result<bool, StoreError> {
@@ -312,19 +310,15 @@ impl SqliteStore {
                         .optional()
                 })
                 .map_err(self.err(op))?;
-            let Some(stored) = stored else {
-                return Ok(Removal::Absent);
+            let session_id = match row::plan_removal(stored, only_session) {
+                Ok(session_id) => session_id,
+                Err(answer) => return Ok(answer),
             };
-            if only_session.is_some_and(|wanted| wanted != stored) {
-                return Ok(Removal::OtherSession {
-                    stored_session_id: stored,
-                });
-            }
             tx.prepare_cached("DELETE FROM buzz_receipts WHERE scope_id = ?1 AND scope_key = ?2")
                 .and_then(|mut s| s.execute(params![self.scope_id, storage_key]))
                 .map_err(self.err(op))?;
             self.count_add(tx, -1)?;
-            Ok(Removal::Removed { session_id: stored })
+            Ok(Removal::Removed { session_id })
         })
     }
 }
@@ -338,16 +332,8 @@ impl ReceiptStore for SqliteStore {
         self.path.display().to_string()
     }
 
-    fn scope(&self) -> &StoreScope {
-        &self.scope
-    }
-
     fn scheme(&self) -> KeyScheme {
         self.scheme
-    }
-
-    fn max_receipts(&self) -> usize {
-        self.max_receipts
     }
 
     fn get(&self, key: &ScopeKey) -> Result<Option<SessionRecord>, StoreError> {
@@ -372,11 +358,10 @@ impl ReceiptStore for SqliteStore {
         record: &SessionRecord,
         now: UnixMillis,
     ) -> Result<PutOutcome, StoreError> {
-        let (key, record) = row::prepare_put(self.scheme, key, record)?;
-        let row = Row::from_record(&key, &record, now)?;
+        let row = row::put_row(self.scheme, key, record, now)?;
         self.write("put", |tx| {
             let created = !self.exists(tx, &row.scope_key)?;
-            self.upsert(tx, &row)?;
+            self.insert_row(tx, "put", UPSERT, &row)?;
             let evicted = if created {
                 self.count_add(tx, 1)?;
                 self.evict_over_cap(tx, &row.scope_key)?
@@ -421,43 +406,33 @@ impl ReceiptStore for SqliteStore {
     ) -> Result<CommitOutcome, StoreError> {
         let storage_key = self.scheme.map(key).to_storage_key();
         self.write("commit_delivery", |tx| {
-            let stored: Option<(String, bool, Option<String>)> = tx
+            let stored = tx
                 .prepare_cached(
                     "SELECT session_id, standing_context_sent, delivered_event_ids
                      FROM buzz_receipts WHERE scope_id = ?1 AND scope_key = ?2",
                 )
                 .and_then(|mut s| {
                     s.query_row(params![self.scope_id, storage_key], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                        let ledger = LedgerColumns {
+                            standing_context_sent: r.get(1)?,
+                            delivered_event_ids: r.get(2)?,
+                        };
+                        Ok((r.get(0)?, ledger))
                     })
                     .optional()
                 })
                 .map_err(self.err("commit_delivery"))?;
-            let stored = match stored {
-                None => None,
-                Some((session, standing, ids)) => {
-                    let ledger = LedgerColumns {
-                        standing_context_sent: standing,
-                        delivered_event_ids: ids,
-                    }
-                    .decode(&storage_key)?;
-                    Some((session, ledger))
-                }
-            };
-            let plan = row::plan_commit(
-                stored.as_ref().map(|(s, l)| (s.as_str(), l.clone())),
+            let plan = row::plan_commit_row(
+                &storage_key,
+                stored,
                 session_id,
                 standing_sent,
                 new_ids,
                 live_window,
             )?;
-            let (outcome, ledger) = match plan {
-                CommitPlan::NoReceipt => return Ok(CommitOutcome::NoReceipt),
-                CommitPlan::OtherSession(stored_session_id) => {
-                    return Ok(CommitOutcome::OtherSession { stored_session_id });
-                }
-                CommitPlan::Unchanged => (CommitOutcome::Unchanged, None),
-                CommitPlan::Write(ledger) => (CommitOutcome::Written, Some(ledger)),
+            let (outcome, ledger) = match plan.into_update() {
+                Ok(update) => update,
+                Err(answer) => return Ok(answer),
             };
             // The guard is in the UPDATE itself: it only touches the row naming this session.
             let updated = match ledger {
@@ -487,11 +462,10 @@ impl ReceiptStore for SqliteStore {
             }
             .map_err(self.err("commit_delivery"))?;
             // Inside the write lock the row read above cannot have changed.
-            Ok(if updated == 1 {
-                outcome
-            } else {
-                CommitOutcome::NoReceipt
-            })
+            Ok(row::guarded_outcome(
+                outcome,
+                u64::try_from(updated).unwrap_or(u64::MAX),
+            ))
         })
     }
 
@@ -503,32 +477,8 @@ impl ReceiptStore for SqliteStore {
         let rows = row::prepare_import(self.scheme, records, now)?;
         self.write("import", |tx| {
             let mut inserted = 0usize;
-            {
-                let mut insert = tx
-                    .prepare_cached(
-                        "INSERT INTO buzz_receipts (scope_id, scope_key, session_id, model,
-                             permission_mode, requested_model, requested_permission_mode,
-                             standing_context_sent, delivered_event_ids, last_used_ms)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-                         ON CONFLICT (scope_id, scope_key) DO NOTHING",
-                    )
-                    .map_err(self.err("import"))?;
-                for row in &rows {
-                    inserted += insert
-                        .execute(params![
-                            self.scope_id,
-                            row.scope_key,
-                            row.session_id,
-                            row.model,
-                            row.permission_mode,
-                            row.requested_model,
-                            row.requested_permission_mode,
-                            row.standing_context_sent,
-                            row.delivered_event_ids,
-                            row.last_used_ms,
-                        ])
-                        .map_err(self.err("import"))?;
-                }
+            for row in &rows {
+                inserted += self.insert_row(tx, "import", INSERT_NEW, row)?;
             }
             self.count_add(tx, i64::try_from(inserted).unwrap_or(i64::MAX))?;
             let evicted = self.evict_over_cap(tx, "")?;
@@ -567,9 +517,7 @@ impl ReceiptStore for SqliteStore {
     fn storage_bytes(&self) -> Result<u64, StoreError> {
         let mut total = 0;
         for suffix in ["", "-wal", "-shm"] {
-            let mut name = self.path.as_os_str().to_owned();
-            name.push(suffix);
-            match fs::metadata(PathBuf::from(name)) {
+            match fs::metadata(fsio::with_suffix(&self.path, suffix)) {
                 Ok(meta) => total += meta.len(),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(source) => return Err(fsio::io_error(&self.path, "stat", source)),
@@ -605,13 +553,7 @@ fn connect(path: &Path) -> Result<Connection, StoreError> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
         .map_err(|source| fsio::io_error(path, "create database file", source))?;
-    let err = |op| {
-        move |source| StoreError::Sqlite {
-            path: path.to_path_buf(),
-            op,
-            source,
-        }
-    };
+    let err = |op| sqlite_err(path, op);
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
@@ -640,13 +582,7 @@ fn connect(path: &Path) -> Result<Connection, StoreError> {
 
 /// Creates the schema in a new database, or checks that an existing one is not newer.
 fn migrate_schema(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
-    let err = |op| {
-        move |source| StoreError::Sqlite {
-            path: path.to_path_buf(),
-            op,
-            source,
-        }
-    };
+    let err = |op| sqlite_err(path, op);
     let version: i64 = tx
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(err("read schema version"))?;
@@ -706,6 +642,16 @@ fn busy_wait() -> impl FnMut(i32) -> bool + Send + 'static {
     }
 }
 
+/// Maps a rusqlite error of `op` on the database at `path` (built in one place so every error
+/// names the file and the operation the same way).
+fn sqlite_err<'a>(path: &'a Path, op: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + 'a {
+    move |source| StoreError::Sqlite {
+        path: path.to_path_buf(),
+        op,
+        source,
+    }
+}
+
 fn is_not_a_database(e: &rusqlite::Error) -> bool {
     e.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase)
 }
@@ -714,13 +660,9 @@ fn is_not_a_database(e: &rusqlite::Error) -> bool {
 fn quarantine(path: &Path) -> Result<PathBuf, StoreError> {
     let moved = fsio::quarantine(path)?;
     for suffix in ["-wal", "-shm"] {
-        let mut name = path.as_os_str().to_owned();
-        name.push(suffix);
-        let side = PathBuf::from(name);
+        let side = fsio::with_suffix(path, suffix);
         if fs::symlink_metadata(&side).is_ok() {
-            let mut target = moved.as_os_str().to_owned();
-            target.push(suffix);
-            fs::rename(&side, PathBuf::from(target))
+            fs::rename(&side, fsio::with_suffix(&moved, suffix))
                 .map_err(|source| fsio::io_error(&side, "quarantine", source))?;
         }
     }

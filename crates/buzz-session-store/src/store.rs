@@ -32,6 +32,7 @@ use crate::format::{self, Dropped, Problem};
 use crate::fsio::{self, Raw};
 use crate::key::{KeyScheme, ScopeKey};
 use crate::record::{DeliveryRecord, SessionRecord};
+use crate::row;
 
 /// Largest store file that is parsed (4 MiB). A larger file is treated as corrupt, and a write that
 /// would produce one sheds delivery ledgers first or is refused, so the store never writes a file
@@ -129,6 +130,20 @@ enum View {
     Unreadable(StoreError),
 }
 
+/// The JSON store file of `agent_pubkey` in `state_dir` and its writer lock, or `None` when the key
+/// cannot name a file (it must be non-empty ASCII alphanumeric). The store and the one-time import
+/// must agree on these names, or the import would read one file while an old harness writes
+/// another.
+pub(crate) fn json_store_paths(state_dir: &Path, agent_pubkey: &str) -> Option<(PathBuf, PathBuf)> {
+    let usable =
+        !agent_pubkey.is_empty() && agent_pubkey.bytes().all(|b| b.is_ascii_alphanumeric());
+    usable.then(|| {
+        let path = state_dir.join(format!("sessions-{agent_pubkey}.json"));
+        let lock_path = fsio::with_suffix(&path, ".lock");
+        (path, lock_path)
+    })
+}
+
 impl SessionStore {
     /// Opens (never fails) the store for `scope` in `state_dir`.
     ///
@@ -136,25 +151,17 @@ impl SessionStore {
     /// status and warn about problems. A `scope.agent_pubkey` that is not a non-empty ASCII
     /// alphanumeric string (it becomes part of a file name) yields a disabled store.
     pub fn open(state_dir: &Path, scope: StoreScope, scheme: KeyScheme) -> SessionStore {
-        if scope.agent_pubkey.is_empty()
-            || !scope
-                .agent_pubkey
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric())
-        {
+        let Some((path, lock_path)) = json_store_paths(state_dir, &scope.agent_pubkey) else {
             tracing::warn!(
                 agent_pubkey = %scope.agent_pubkey,
                 "session store disabled: the agent key is not usable in a file name"
             );
             return Self { scheme, file: None };
-        }
-        let path = state_dir.join(format!("sessions-{}.json", scope.agent_pubkey));
-        let mut lock_name = path.as_os_str().to_owned();
-        lock_name.push(".lock");
+        };
         let store = Self {
             scheme,
             file: Some(FileStore {
-                lock_path: PathBuf::from(lock_name),
+                lock_path,
                 path,
                 dir: state_dir.to_path_buf(),
                 scope,
@@ -235,18 +242,7 @@ impl SessionStore {
             return Ok(());
         }
         let key = self.scheme.map(key);
-        if let Err(e) = key.validate() {
-            return Err(StoreError::Invalid {
-                key: key.to_storage_key(),
-                reason: e.to_string(),
-            });
-        }
-        if record.session_id.trim().is_empty() {
-            return Err(StoreError::Invalid {
-                key: key.to_storage_key(),
-                reason: "empty session id".into(),
-            });
-        }
+        row::check_put(&key, &record)?;
         let record = record.normalized();
         self.mutate("put", &key, |sessions| {
             if sessions.get(&key) == Some(&record) {

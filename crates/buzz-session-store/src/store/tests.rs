@@ -310,9 +310,7 @@ fn store_file_and_directory_are_owner_only_and_no_temp_is_left() {
     store.remove(&thread(0)).unwrap();
     let path = store_path(&dir);
     assert_eq!(mode(&path), 0o600);
-    let mut lock = path.as_os_str().to_owned();
-    lock.push(".lock");
-    assert_eq!(mode(Path::new(&lock)), 0o600);
+    assert_eq!(mode(&fsio::with_suffix(&path, ".lock")), 0o600);
     let names = file_names(&dir);
     assert_eq!(names.len(), 2, "{names:?}");
     assert!(names.iter().all(|n| !n.contains(".tmp")), "{names:?}");
@@ -368,8 +366,7 @@ fn a_symlinked_lock_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("victim");
     fs::write(&target, b"precious").unwrap();
-    let mut lock = store_path(dir.path()).into_os_string();
-    lock.push(".lock");
+    let lock = fsio::with_suffix(&store_path(dir.path()), ".lock");
     symlink(&target, &lock).unwrap();
     let store = open(dir.path(), KeyScheme::Scope);
     let err = store.put(&conversation(), rec("s")).unwrap_err();
