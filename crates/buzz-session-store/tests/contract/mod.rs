@@ -132,6 +132,19 @@ fn keys(store: &dyn ReceiptStore) -> Vec<ScopeKey> {
         .collect()
 }
 
+/// The session the receipt for `key` names; a missing receipt fails the test.
+fn session_of(store: &dyn ReceiptStore, key: &ScopeKey) -> String {
+    store.get(key).unwrap().unwrap().session_id
+}
+
+/// `keys` in the order (and without repeats) that [`ReceiptStore::receipts`] lists them.
+fn sorted<const N: usize>(keys: [ScopeKey; N]) -> Vec<ScopeKey> {
+    keys.into_iter()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
 /// The counter eviction relies on must always equal the rows actually stored.
 fn assert_count_is_true(store: &dyn ReceiptStore) {
     assert_eq!(store.len().unwrap(), store.receipts().unwrap().len());
@@ -300,11 +313,7 @@ pub fn remove_channel_removes_the_channel_and_its_threads_only(m: &Medium) {
     );
     assert_eq!(
         keys(store.as_ref()),
-        [other_thread, ScopeKey::conversation(OTHER_CHANNEL)]
-            .into_iter()
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect::<Vec<_>>()
+        sorted([other_thread, ScopeKey::conversation(OTHER_CHANNEL)])
     );
     assert_eq!(
         store.remove_channel(CHANNEL).unwrap(),
@@ -513,24 +522,13 @@ pub fn receipts_are_isolated_by_relay_and_by_agent_key(m: &Medium) {
     theirs_relay
         .put(&conversation(), &record("relay-2"), UnixMillis(3))
         .unwrap();
+    assert_eq!(session_of(ours.as_ref(), &conversation()), "ours");
     assert_eq!(
-        ours.get(&conversation()).unwrap().unwrap().session_id,
-        "ours"
-    );
-    assert_eq!(
-        theirs_agent
-            .get(&conversation())
-            .unwrap()
-            .unwrap()
-            .session_id,
+        session_of(theirs_agent.as_ref(), &conversation()),
         "agent-2"
     );
     assert_eq!(
-        theirs_relay
-            .get(&conversation())
-            .unwrap()
-            .unwrap()
-            .session_id,
+        session_of(theirs_relay.as_ref(), &conversation()),
         "relay-2"
     );
 
@@ -554,10 +552,7 @@ pub fn receipts_are_isolated_by_relay_and_by_agent_key(m: &Medium) {
         theirs_agent.remove_channel(CHANNEL).unwrap(),
         ChannelRemoval::Removed(1)
     );
-    assert_eq!(
-        ours.get(&conversation()).unwrap().unwrap().session_id,
-        "ours"
-    );
+    assert_eq!(session_of(ours.as_ref(), &conversation()), "ours");
     theirs_relay
         .put(&thread(1), &record("r-1"), UnixMillis(5))
         .unwrap();
@@ -570,10 +565,7 @@ pub fn receipts_are_isolated_by_relay_and_by_agent_key(m: &Medium) {
         "its own cap evicted its own oldest"
     );
     assert_eq!(ours.len().unwrap(), 1);
-    assert_eq!(
-        ours.get(&conversation()).unwrap().unwrap().session_id,
-        "ours"
-    );
+    assert_eq!(session_of(ours.as_ref(), &conversation()), "ours");
     assert_eq!(ours.receipts().unwrap().len(), 1);
     assert_eq!(theirs_agent.receipts().unwrap().len(), 0);
 }
@@ -631,11 +623,7 @@ pub fn the_cap_evicts_the_least_recently_used_and_never_refuses(m: &Medium) {
     assert_eq!(store.get(&thread(2)).unwrap(), None);
     assert_eq!(
         keys(store.as_ref()),
-        [thread(1), thread(3), thread(4)]
-            .into_iter()
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect::<Vec<_>>()
+        sorted([thread(1), thread(3), thread(4)])
     );
     // A reading does not count as use.
     store.get(&thread(3)).unwrap();
@@ -801,19 +789,12 @@ pub fn json_stores_of_both_formats_are_imported_once_and_kept_as_backup(m: &Medi
         assert_eq!(conv.session_id, "json-conv");
         assert_eq!(conv.delivery.unwrap().delivered_event_ids, ids(&["a", "b"]));
         assert_eq!(
-            store
-                .get(&ScopeKey::conversation(OTHER_CHANNEL))
-                .unwrap()
-                .unwrap()
-                .session_id,
+            session_of(store.as_ref(), &ScopeKey::conversation(OTHER_CHANNEL)),
             "db-newer",
             "a receipt already in the database is newer than the file"
         );
         if scheme == KeyScheme::Scope {
-            assert_eq!(
-                store.get(&thread(1)).unwrap().unwrap().session_id,
-                "json-thread"
-            );
+            assert_eq!(session_of(store.as_ref(), &thread(1)), "json-thread");
         }
         assert!(
             store
@@ -989,7 +970,7 @@ pub fn calls_from_a_paused_current_thread_runtime_do_not_panic_or_hang(m: &Mediu
                 .unwrap(),
             CommitOutcome::Written
         );
-        assert_eq!(store.get(&thread(1)).unwrap().unwrap().session_id, "s-1");
+        assert_eq!(session_of(store.as_ref(), &thread(1)), "s-1");
         // From a spawned task too, the way the event loop's tasks would call it.
         let task_store = Arc::clone(&store);
         let removed = tokio::spawn(async move { task_store.remove(&thread(1)) })
