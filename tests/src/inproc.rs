@@ -58,7 +58,7 @@ pub fn agent_starting_in(s: &Scenario, args: &[&str], startup: Duration) -> Stri
         });
         Ok((to_agent, out))
     };
-    buzz_acp::in_process_agents::register(&name, Arc::new(factory));
+    buzz_in_process::register(&name, Arc::new(factory));
     format!("in-process:{name}")
 }
 

@@ -1,15 +1,39 @@
 //! The series' command-line flags. Every flag also reads its `BUZZ_ACP_*` environment variable,
-//! like upstream's own flags. The harness flattens these into its command line.
+//! like upstream's own flags. The harness flattens [`SessionArgs`] into its command line once;
+//! each patch's flags come with its feature.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-use buzz_session_store::{
-    DisabledStore, KeyScheme, ReceiptStore, StoreArgs, StoreConfig, StoreError, StoreScope,
-};
+use buzz_session_store::{KeyScheme, ReceiptStore, StoreArgs, StoreConfig, StoreError, StoreScope};
 use clap::builder::BoolishValueParser;
 
+use crate::lifecycle::LifecycleConfig;
+use crate::receipts::Receipts;
 use crate::retry::RetryPolicy;
+use crate::store_io::Opener;
+
+/// How receipts are keyed: by the full scope with `store-key-session-scope` (each thread of a
+/// channel comes back to its own session), else by channel, as block/buzz#6088 does. Receipts
+/// keyed by channel read as conversation scopes under the scope scheme.
+#[cfg(feature = "scope-keys")]
+pub const KEY_SCHEME: KeyScheme = KeyScheme::Scope;
+/// See above.
+#[cfg(not(feature = "scope-keys"))]
+pub const KEY_SCHEME: KeyScheme = KeyScheme::Channel;
+
+/// Every flag of the series.
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+pub struct SessionArgs {
+    /// Restart resume.
+    #[command(flatten)]
+    pub resume: ResumeArgs,
+    /// Resident sessions.
+    #[cfg(feature = "residency")]
+    #[command(flatten)]
+    pub residency: ResidencyArgs,
+}
 
 /// Restart resume: durable receipts and `session/load` / `session/resume`.
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
@@ -35,40 +59,81 @@ pub struct ResumeArgs {
     #[arg(long, env = "BUZZ_ACP_RESUME_GIVE_UP_SECS", default_value_t = 180)]
     pub resume_give_up_secs: u64,
 
+    /// Seconds a thread's turn waits for its receipt when the receipt store does not answer;
+    /// then it goes on without it (from the session this harness last recorded, or a new one,
+    /// with a notice).
+    #[arg(long, env = "BUZZ_ACP_SESSION_STORE_WAIT_SECS", default_value_t = 10)]
+    pub session_store_wait_secs: u64,
+
     /// Where the receipts live and how many are kept.
     #[command(flatten)]
     pub store: StoreArgs,
 }
 
-impl ResumeArgs {
-    /// Opens the receipt store of agent `agent_pubkey` on relay `relay`, keyed by `scheme` (a
-    /// store that remembers nothing with `--no-resume-sessions`). An old JSON store in
-    /// `state_dir` is imported once.
+/// Resident sessions: hot continuation on the live session.
+#[cfg(feature = "residency")]
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+pub struct ResidencyArgs {
+    /// Live sessions kept resident after a successful turn, for hot follow-ups (least recently
+    /// used disposed first; 0 restores upstream routing).
+    #[arg(long, env = "BUZZ_ACP_MAX_RESIDENT_SESSIONS", default_value_t = 8)]
+    pub max_resident_sessions: usize,
+}
+
+impl SessionArgs {
+    /// The lifecycle's configuration. `owner_configured`: notices may mention `!rotate`;
+    /// `steer`: mid-turn input is steered into the running turn.
+    pub fn lifecycle_config(&self, owner_configured: bool, steer: bool) -> LifecycleConfig {
+        let _ = steer;
+        LifecycleConfig {
+            resume: !self.resume.no_resume_sessions,
+            retry: self.resume.retry_policy(),
+            owner_configured,
+            #[cfg(feature = "residency")]
+            max_residents: self.residency.max_resident_sessions,
+            #[cfg(feature = "residency")]
+            steer,
+        }
+    }
+
+    /// How long a turn waits for its receipt.
+    pub fn read_wait(&self) -> Duration {
+        Duration::from_secs(self.resume.session_store_wait_secs)
+    }
+
+    /// Opens the receipt store of agent `agent_pubkey` on relay `relay` (nothing is stored with
+    /// `--no-resume-sessions`); an old JSON store in `state_dir` is imported on first open. The
+    /// configuration is checked now; the store itself is opened by the driver, in the background,
+    /// so a database that is down when the harness starts does not stop it.
     ///
     /// # Errors
-    /// A store URL of an unsupported kind, or a store that cannot be opened (a database that is
-    /// unreachable or newer than this harness): the harness refuses to start rather than
-    /// silently running without its sessions.
-    pub fn open_store(
+    /// A store configuration that can never work (an unparsable or unsupported URL): the harness
+    /// refuses to start rather than run without its sessions.
+    pub fn opener(
         &self,
         relay: &str,
         agent_pubkey: &str,
-        scheme: KeyScheme,
         state_dir: &Path,
-    ) -> Result<Box<dyn ReceiptStore>, StoreError> {
+    ) -> Result<Opener, StoreError> {
         let scope = StoreScope {
             relay: relay.to_string(),
             agent_pubkey: agent_pubkey.to_string(),
         };
-        if self.no_resume_sessions {
-            return Ok(Box::new(DisabledStore::new(scope, scheme)));
+        if self.resume.no_resume_sessions {
+            let disabled: Arc<dyn ReceiptStore> =
+                Arc::new(buzz_session_store::DisabledStore::new(scope, KEY_SCHEME));
+            return Ok(Arc::new(move || Ok(Arc::new(Arc::clone(&disabled)) as Arc<dyn Receipts>)));
         }
-        let config = StoreConfig::from_args(&self.store, scope, scheme, state_dir)?;
-        let store = buzz_session_store::open(&config)?;
-        tracing::info!(backend = %store.kind(), location = %store.location(), "session receipts");
-        Ok(store)
+        let config = StoreConfig::from_args(&self.resume.store, scope, KEY_SCHEME, state_dir)?;
+        Ok(Arc::new(move || {
+            let store: Arc<dyn ReceiptStore> = Arc::from(buzz_session_store::open(&config)?);
+            tracing::info!(backend = %store.kind(), location = %store.location(), "session receipts");
+            Ok(Arc::new(store) as Arc<dyn Receipts>)
+        }))
     }
+}
 
+impl ResumeArgs {
     /// The retry policy these flags describe.
     pub fn retry_policy(&self) -> RetryPolicy {
         let first = Duration::from_secs(self.resume_retry_secs.max(1));
@@ -81,15 +146,6 @@ impl ResumeArgs {
     }
 }
 
-/// Resident sessions: hot continuation on the live session.
-#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
-pub struct ResidencyArgs {
-    /// Live sessions kept resident after a successful turn, for hot follow-ups (least recently
-    /// used disposed first; 0 restores upstream routing).
-    #[arg(long, env = "BUZZ_ACP_MAX_RESIDENT_SESSIONS", default_value_t = 8)]
-    pub max_resident_sessions: usize,
-}
-
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -99,17 +155,15 @@ mod tests {
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]
-        resume: ResumeArgs,
-        #[command(flatten)]
-        residency: ResidencyArgs,
+        session: SessionArgs,
     }
 
     #[test]
     fn defaults_and_overrides() {
         let cli = Cli::try_parse_from(["x"]).unwrap();
-        assert!(!cli.resume.no_resume_sessions);
-        assert_eq!(cli.resume.retry_policy(), RetryPolicy::default());
-        assert_eq!(cli.residency.max_resident_sessions, 8);
+        assert!(!cli.session.resume.no_resume_sessions);
+        assert_eq!(cli.session.resume.retry_policy(), RetryPolicy::default());
+        assert_eq!(cli.session.read_wait(), Duration::from_secs(10));
         let cli = Cli::try_parse_from([
             "x",
             "--no-resume-sessions",
@@ -117,14 +171,23 @@ mod tests {
             "2",
             "--resume-max-attempts",
             "0",
-            "--max-resident-sessions",
-            "0",
+            "--session-store-wait-secs",
+            "3",
         ])
         .unwrap();
-        assert!(cli.resume.no_resume_sessions);
-        let p = cli.resume.retry_policy();
+        assert!(cli.session.resume.no_resume_sessions);
+        let p = cli.session.resume.retry_policy();
         assert_eq!(p.first_delay, Duration::from_secs(2));
         assert_eq!(p.max_attempts, 1, "at least one attempt");
-        assert_eq!(cli.residency.max_resident_sessions, 0);
+        assert_eq!(cli.session.read_wait(), Duration::from_secs(3));
+    }
+
+    #[cfg(feature = "residency")]
+    #[test]
+    fn residency_flag() {
+        let cli = Cli::try_parse_from(["x"]).unwrap();
+        assert_eq!(cli.session.residency.max_resident_sessions, 8);
+        let cli = Cli::try_parse_from(["x", "--max-resident-sessions", "0"]).unwrap();
+        assert_eq!(cli.session.residency.max_resident_sessions, 0);
     }
 }

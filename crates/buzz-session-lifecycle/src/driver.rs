@@ -1,124 +1,46 @@
-//! The imperative shell around [`Lifecycle`]: the clock, the receipt store and the mailbox.
+//! The imperative shell around [`Lifecycle`]: the clock, the store worker, the mailbox and the
+//! record sink.
 //!
-//! The harness's event loop owns one [`Driver`]. Turn tasks never touch it: they only post to
-//! its [`Mailbox`] when they open a session. Every store write happens here, in the event loop,
-//! once per event: a receipt when a session is created, the delivery ledger once per successful
-//! turn, a removal when a session is abandoned.
+//! The harness's event loop owns one [`Driver`] and calls it at upstream's lifecycle points. A
+//! call never waits: the driver takes in the mailbox and the store worker's finished operations,
+//! feeds the lifecycle, hands the lifecycle's store operations to the worker, and keeps the
+//! commands for the harness. Reads that do not answer within the bound are given up on here.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
-use buzz_session_store::{CommitOutcome, KeyScheme, ReceiptStore, ScopeKey, UnixMillis};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::clock::Moment;
-use crate::effect::{Effect, Notice, Persist};
-use crate::gate::RestoreMethod;
-use crate::lifecycle::{Lifecycle, LifecycleConfig, RunningRoute};
-use crate::pending::Batch;
-use crate::plan::{Plan, SessionConfig, SlotView, Target};
-use crate::report::{Delivered, Opened, TurnOutcome};
+use crate::decision::{Command, Notice, StoreOp};
+use crate::lifecycle::{Lifecycle, LifecycleConfig};
+use crate::mailbox::{Mailbox, Report};
+use crate::outcome::{AfterTurn, Delivered, TurnOutcome};
 use crate::scope::{Input, Scope};
+use crate::session_config::SessionConfig;
+use crate::store_io::{IoEvent, Opener, StoreIo};
+use crate::telemetry::{Level, Record};
+use crate::write_queue::{Target, Write};
 
-/// Where turn tasks report the sessions they open. Cheap to clone; shared by the event loop
-/// (which drains it) and every turn task (which posts).
-#[derive(Debug)]
-pub struct Mailbox<K>(Arc<Mutex<Vec<(K, Opened)>>>);
-
-impl<K> Clone for Mailbox<K> {
-    fn clone(&self) -> Self {
-        Mailbox(Arc::clone(&self.0))
-    }
-}
-
-impl<K> Default for Mailbox<K> {
-    fn default() -> Self {
-        Mailbox(Arc::new(Mutex::new(Vec::new())))
-    }
-}
-
-impl<K> Mailbox<K> {
-    fn lock(&self) -> MutexGuard<'_, Vec<(K, Opened)>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Reports that a session of `scope` was opened.
-    fn post(&self, scope: K, opened: Opened) {
-        self.lock().push((scope, opened));
-    }
-
-    /// Reports that `scope`'s stored session `session_id` was reopened with `method`.
-    pub fn restored(&self, scope: &K, session_id: &str, method: RestoreMethod)
-    where
-        K: Clone,
-    {
-        let session_id = session_id.to_string();
-        self.post(scope.clone(), Opened::Restored { session_id, method });
-    }
-
-    /// Reports that the agent answered `method` with `detail`: it no longer has `session_id`.
-    pub fn lost(&self, scope: &K, session_id: &str, method: RestoreMethod, detail: String)
-    where
-        K: Clone,
-    {
-        let session_id = session_id.to_string();
-        self.post(
-            scope.clone(),
-            Opened::Lost {
-                session_id,
-                method,
-                detail,
-            },
-        );
-    }
-
-    /// Reports that `session/new` created `session_id` for `scope`, with the model and permission
-    /// mode actually applied (`None`: the agent's default).
-    pub fn created(
-        &self,
-        scope: &K,
-        session_id: &str,
-        model: &Option<String>,
-        permission_mode: &Option<String>,
-    ) where
-        K: Clone,
-    {
-        let opened = Opened::Created {
-            session_id: session_id.to_string(),
-            model: model.clone(),
-            permission_mode: permission_mode.clone(),
-        };
-        self.post(scope.clone(), opened);
-    }
-
-    fn drain(&self) -> Vec<(K, Opened)> {
-        std::mem::take(&mut *self.lock())
-    }
-}
-
-/// The store key of a scope under a key scheme.
-fn store_key<K: Scope>(scope: &K, scheme: KeyScheme) -> ScopeKey {
-    let key = match scope.thread_root() {
-        Some(root) => ScopeKey::thread(scope.channel(), root),
-        None => ScopeKey::conversation(scope.channel()),
-    };
-    scheme.map(&key)
-}
-
-/// Where telemetry records go: the harness's observer (`kind`, fields).
+/// Where telemetry goes: the harness's observer (`kind`, fields).
 pub type RecordSink = Box<dyn Fn(&str, Value) + Send>;
+
+/// How long a turn waits for its scope's receipt before it goes on without it, by default.
+pub const DEFAULT_READ_WAIT: Duration = Duration::from_secs(10);
+
+/// How long the harness waits for queued receipt writes when it stops.
+pub const FLUSH_AT_SHUTDOWN: Duration = Duration::from_secs(5);
 
 /// The lifecycle, driven from the harness's event loop.
 pub struct Driver<K, I> {
-    lifecycle: Lifecycle<K, I>,
-    deferred: Vec<Effect<K, I>>,
-    notices: Vec<Notice<K, I>>,
-    store: Box<dyn ReceiptStore>,
+    pub(crate) lifecycle: Lifecycle<K, I>,
+    io: StoreIo<K>,
     mailbox: Mailbox<K>,
     records: RecordSink,
     origin: Instant,
-    session: SessionConfig,
+    read_wait: Duration,
+    releases: Vec<Command<K, I>>,
+    notices: Vec<Notice<K, I>>,
     fixed: Vec<String>,
 }
 
@@ -126,29 +48,31 @@ impl<K: std::fmt::Debug, I: std::fmt::Debug> std::fmt::Debug for Driver<K, I> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Driver")
             .field("lifecycle", &self.lifecycle)
-            .field("store", &self.store)
+            .field("io", &self.io)
             .finish_non_exhaustive()
     }
 }
 
-impl<K: Scope, I: Input> Driver<K, I> {
-    /// A driver over `store` (keyed by its scheme), reading session reports from `mailbox` and
-    /// writing telemetry to `records`.
+impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
+    /// A driver whose store is opened by `opener` (in the background), writing telemetry to
+    /// `records`. A turn waits at most `read_wait` for its scope's receipt. Must be called inside
+    /// a tokio runtime.
     pub fn new(
         config: LifecycleConfig,
-        store: Box<dyn ReceiptStore>,
-        mailbox: Mailbox<K>,
+        opener: Opener,
+        read_wait: Duration,
         records: RecordSink,
     ) -> Self {
+        let origin = Instant::now();
         Driver {
             lifecycle: Lifecycle::new(config),
-            deferred: Vec::new(),
-            notices: Vec::new(),
-            store,
-            mailbox,
+            io: StoreIo::new(opener, origin),
+            mailbox: Mailbox::default(),
             records,
-            origin: Instant::now(),
-            session: SessionConfig::default(),
+            origin,
+            read_wait,
+            releases: Vec::new(),
+            notices: Vec::new(),
             fixed: Vec::new(),
         }
     }
@@ -168,64 +92,43 @@ impl<K: Scope, I: Input> Driver<K, I> {
         permission_mode: Option<&str>,
     ) {
         self.fixed = fixed.iter().map(|s| s.to_string()).collect();
-        self.session = SessionConfig::new(fixed, model, permission_mode);
+        let session = SessionConfig::new(fixed, model, permission_mode);
+        self.lifecycle.configure_sessions(session);
     }
 
-    /// The owner switched the model (`!model`): new sessions get it, and residents created under
-    /// the old model are not continued. (The scope the command came from is abandoned
-    /// separately.)
+    /// The owner switched the model (`!model`): new sessions get it, and live sessions created
+    /// under the old model are not continued.
     pub fn set_model(&mut self, model: &str) {
         let fixed: Vec<&str> = self.fixed.iter().map(String::as_str).collect();
-        let mode = self.session.requested_permission_mode.clone();
-        self.session = SessionConfig::new(&fixed, Some(model), mode.as_deref());
+        let mode = self.lifecycle.session_config().requested_permission_mode.clone();
+        let session = SessionConfig::new(&fixed, Some(model), mode.as_deref());
+        self.lifecycle.configure_sessions(session);
     }
 
-    /// Admits input the harness queued (new, or handed back by an ended turn).
-    pub fn admit(&mut self, batches: impl IntoIterator<Item = (K, Batch<I>)>) {
-        for (scope, batch) in batches {
-            self.lifecycle.admit(&scope, batch);
-        }
-        self.lifecycle.end_of_inbox();
+    /// Where turn tasks report.
+    pub(crate) fn mailbox(&self) -> &Mailbox<K> {
+        &self.mailbox
     }
 
-    /// See [`Lifecycle::route_running`].
-    pub fn route_running(&mut self, scope: &K, input: I, steer: bool) -> RunningRoute<I> {
-        self.lifecycle.route_running(scope, input, steer)
+    /// The lifecycle, for queries.
+    pub fn lifecycle(&self) -> &Lifecycle<K, I> {
+        &self.lifecycle
     }
 
-    /// See [`Lifecycle::plan`].
-    pub fn plan(&mut self, view: &[SlotView]) -> Vec<(K, Target)> {
-        self.collect_mail();
+    // ----- inputs from the harness ---------------------------------------------------------
+
+    /// See [`Lifecycle::admitted`].
+    pub fn admitted(&mut self, scope: &K, input: &I) {
+        self.lifecycle.admitted(scope, input);
+    }
+
+    /// See [`Lifecycle::turn_end`].
+    pub fn turn_end(&mut self, scope: &K, outcome: TurnOutcome) -> AfterTurn<I> {
+        self.take_in();
         let now = self.now();
-        let targets = self.lifecycle.plan(view, &self.session, now);
-        self.flush();
-        targets
-    }
-
-    /// See [`Lifecycle::start`]; reads the receipt when a stored session may be reopened.
-    pub fn start(&mut self, scope: &K, slot: usize) -> Option<Batch<I>> {
-        let store = &self.store;
-        // Only a scope that may reopen a stored session reads its receipt.
-        let lookup = || {
-            let key = store_key(scope, store.scheme());
-            store.get(&key).map_err(|e| e.to_string())
-        };
-        let batch = self.lifecycle.start(scope, slot, &self.session, lookup);
-        self.flush();
-        batch
-    }
-
-    /// See [`Lifecycle::plan_for`].
-    pub fn plan_for(&mut self, scope: &K, window: impl IntoIterator<Item = String>) -> Plan {
-        self.lifecycle.plan_for(scope, window.into_iter().collect())
-    }
-
-    /// See [`Lifecycle::turn_end`]: `scope`'s turn ended with `outcome`.
-    pub fn turn_end(&mut self, scope: &K, outcome: TurnOutcome) {
-        self.collect_mail();
-        let now = self.now();
-        self.lifecycle.turn_end(scope, outcome, now);
-        self.flush();
+        let after = self.lifecycle.turn_end(scope, outcome, now);
+        self.take_out();
+        after
     }
 
     /// See [`Lifecycle::replied`].
@@ -233,10 +136,15 @@ impl<K: Scope, I: Input> Driver<K, I> {
         self.lifecycle.replied(scope, reply_id);
     }
 
+    /// See [`Lifecycle::settling`].
+    pub fn settling(&self) -> Vec<(K, usize)> {
+        self.lifecycle.settling()
+    }
+
     /// See [`Lifecycle::settled`].
     pub fn settled(&mut self, scope: &K, delivered: Option<Delivered>) {
         self.lifecycle.settled(scope, delivered);
-        self.flush();
+        self.take_out();
     }
 
     /// See [`Lifecycle::released`].
@@ -244,159 +152,190 @@ impl<K: Scope, I: Input> Driver<K, I> {
         self.lifecycle.released(scope, session_id);
     }
 
+    /// See [`Lifecycle::abandon`].
+    pub fn abandon(&mut self, scope: &K, live: Vec<(usize, String)>) {
+        self.take_in();
+        let now = self.now();
+        self.lifecycle.abandon(scope, live, now);
+        self.take_out();
+    }
+
+    /// See [`Lifecycle::abandon_channel`].
+    pub fn abandon_channel(&mut self, channel: &str) {
+        self.take_in();
+        self.lifecycle.abandon_channel(channel);
+        self.take_out();
+    }
+
+    // ----- outputs for the harness ---------------------------------------------------------
+
+    /// Releases to execute now (see [`Command::Release`]), after taking in everything pending.
+    pub fn take_releases(&mut self) -> Vec<Command<K, I>> {
+        self.take_in();
+        std::mem::take(&mut self.releases)
+    }
+
+    /// Hands back a release that cannot run yet (its worker is busy): it comes out of the next
+    /// [`Driver::take_releases`] again.
+    pub fn defer_release(&mut self, release: Command<K, I>) {
+        self.releases.push(release);
+    }
+
+    /// Notices to post, in order (after taking in everything pending).
+    pub fn take_notices(&mut self) -> Vec<Notice<K, I>> {
+        self.take_in();
+        std::mem::take(&mut self.notices)
+    }
+
+    // ----- the store worker ----------------------------------------------------------------
+
+    /// Waits until a store operation finishes and takes it in (the event loop `select!`s on
+    /// this; it never resolves while nothing is in flight).
+    pub async fn store_progress(&mut self) {
+        let events = self.io.next().await;
+        self.apply_io(events);
+        self.take_out();
+    }
+
+    /// Waits up to [`FLUSH_AT_SHUTDOWN`] for queued receipt writes (when the harness stops), and
+    /// says how many were lost.
+    pub async fn flush(&mut self) {
+        self.take_in();
+        let lost = self.io.flush(FLUSH_AT_SHUTDOWN).await;
+        if lost > 0 {
+            tracing::warn!(
+                unwritten = lost,
+                "stopping with receipt writes the store did not take; those threads resume from their previous receipt"
+            );
+        }
+    }
+
+    /// Takes in the mailbox, the store worker's results and expired reads.
+    pub(crate) fn take_in(&mut self) {
+        let now = self.now();
+        for (scope, report) in self.mailbox.drain() {
+            match report {
+                Report::Opened(opened) => self.lifecycle.opened(&scope, opened, now),
+                Report::Window(ids) => self.lifecycle.window(&scope, ids),
+                Report::Stale => self.lifecycle.plan_stale(&scope),
+                Report::Undecided { method, detail } => {
+                    self.lifecycle.restore_undecided(&scope, method, detail)
+                }
+            }
+        }
+        let events = self.io.poll();
+        self.apply_io(events);
+        if let Some(bound) = now.0.checked_sub(self.read_wait.as_millis() as u64) {
+            for (scope, since) in self.lifecycle.reads_started_by(Moment(bound)) {
+                self.lifecycle.read_done(&scope, Err(now.since(since)));
+            }
+        }
+        self.take_out();
+    }
+
+    fn apply_io(&mut self, events: Vec<IoEvent<K>>) {
+        let now = self.now();
+        for event in events {
+            match event {
+                IoEvent::Read(scope, Ok(record)) => self.lifecycle.read_done(&scope, Ok(record)),
+                IoEvent::Read(scope, Err(e)) => {
+                    tracing::debug!(scope = %scope.label(), error = %e, "receipt read failed");
+                    let since = self.lifecycle.read_started(&scope).unwrap_or(now);
+                    self.lifecycle.read_done(&scope, Err(now.since(since)));
+                }
+                IoEvent::Conflict { scope, op, stored } => {
+                    self.lifecycle.conflict(&scope, op, stored);
+                }
+                IoEvent::Down { error } => {
+                    tracing::warn!(%error, "receipt store unavailable; serving without it until it answers");
+                    (self.records)("store_health", json!({"up": false, "error": error}));
+                }
+                IoEvent::Up { location } => {
+                    tracing::info!(%location, "receipt store available");
+                    (self.records)("store_health", json!({"up": true}));
+                }
+            }
+        }
+    }
+
+    /// Sorts what the lifecycle decided: store operations to the worker, records to the sink
+    /// and the log, commands to the harness.
+    pub(crate) fn take_out(&mut self) {
+        let out = self.lifecycle.take_outbox();
+        for op in out.store {
+            match op {
+                StoreOp::Read { scope } => self.io.read(scope),
+                StoreOp::Put {
+                    scope,
+                    record,
+                    expect,
+                } => self.io.write(
+                    scope,
+                    Write {
+                        expect: Some(expect),
+                        target: Target::Record(record),
+                    },
+                ),
+                StoreOp::Commit {
+                    scope,
+                    session_id,
+                    ledger,
+                } => self.io.write(
+                    scope,
+                    Write {
+                        expect: None,
+                        target: Target::Ledger { session_id, ledger },
+                    },
+                ),
+                StoreOp::Remove { scope, expect } => self.io.write(
+                    scope,
+                    Write {
+                        expect: Some(expect),
+                        target: Target::Absent,
+                    },
+                ),
+                StoreOp::RemoveChannel { channel } => self.io.remove_channel(channel),
+            }
+        }
+        for record in out.records {
+            self.emit(&record);
+        }
+        for command in out.commands {
+            match command {
+                Command::Notice(notice) => self.notices.push(notice),
+                release @ Command::Release { .. } => self.releases.push(release),
+            }
+        }
+    }
+
+    fn emit(&self, record: &Record) {
+        let (kind, fields) = record.observer_event();
+        match record.level() {
+            Level::Debug => tracing::debug!(kind = %kind, %fields, "session lifecycle"),
+            Level::Info => tracing::info!(kind = %kind, %fields, "session lifecycle"),
+            Level::Warn => tracing::warn!(kind = %kind, %fields, "session lifecycle"),
+        }
+        (self.records)(&kind, fields);
+    }
+}
+
+#[cfg(feature = "residency")]
+impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     /// See [`Lifecycle::cancel_requested`].
     pub fn cancel_requested(&mut self, scope: &K) {
         self.lifecycle.cancel_requested(scope);
     }
 
-    /// See [`Lifecycle::abandon`].
-    pub fn abandon(&mut self, scope: &K, live: Vec<(usize, String)>) {
-        self.lifecycle.abandon(scope, live);
-        self.flush();
-    }
-
-    /// See [`Lifecycle::abandon_channel`].
-    pub fn abandon_channel(&mut self, channel: &str) {
-        self.lifecycle.abandon_channel(channel);
-        self.flush();
-    }
-
     /// See [`Lifecycle::pool_slept`].
     pub fn pool_slept(&mut self) {
         self.lifecycle.pool_slept();
+        self.take_out();
     }
 
-    /// See [`Lifecycle::shutdown`]; also writes any receipt still in the mailbox.
+    /// See [`Lifecycle::shutdown`].
     pub fn shutdown(&mut self) {
-        self.collect_mail();
+        self.take_in();
         self.lifecycle.shutdown();
-    }
-
-    /// Input the lifecycle holds for a later turn (waiting for a worker or a restore retry).
-    /// Upstream's queue is empty between dispatches, so whatever asks "is work waiting?" (the
-    /// idle pool sleep, the inactivity exit, `--once` giving up on agents) must count this too.
-    pub fn waiting(&self) -> usize {
-        self.lifecycle.pending_total()
-    }
-
-    /// See [`Lifecycle::settling`].
-    pub fn settling(&self) -> Vec<(K, usize)> {
-        self.lifecycle.settling()
-    }
-
-    /// Effects for the harness decided so far (after taking in the mailbox), notices aside.
-    pub fn take_effects(&mut self) -> Vec<Effect<K, I>> {
-        self.sort_effects();
-        std::mem::take(&mut self.deferred)
-    }
-
-    /// Notices decided so far, in order, to be posted in their threads (never part of
-    /// [`Driver::take_effects`]; posted where the harness publishes).
-    ///
-    /// A notice is about a message that is still waiting for its answer. Where replies are
-    /// exactly-once (an agent event that names a message as the one it replies to *is* that
-    /// message's answer), a notice must not name its trigger that way, or the real answer would
-    /// never be published and a restart would skip the message.
-    pub fn take_notices(&mut self) -> Vec<Notice<K, I>> {
-        self.sort_effects();
-        std::mem::take(&mut self.notices)
-    }
-
-    /// Takes in the mailbox, then sorts the lifecycle's new effects: telemetry records go
-    /// straight to the record sink, notices to [`Driver::take_notices`], everything else, in
-    /// order, behind what is already waiting for [`Driver::take_effects`].
-    fn sort_effects(&mut self) {
-        self.collect_mail();
-        for effect in self.lifecycle.take_effects() {
-            match effect {
-                Effect::Record(record) => {
-                    let (kind, fields) = record.observer_event();
-                    (self.records)(&kind, fields);
-                }
-                Effect::Notice(notice) => self.notices.push(notice),
-                other => self.deferred.push(other),
-            }
-        }
-    }
-
-    /// Hands an effect back that cannot run yet (a release whose worker is busy): it comes out of
-    /// the next [`Driver::take_effects`] again, first.
-    pub fn defer(&mut self, effect: Effect<K, I>) {
-        self.deferred.push(effect);
-    }
-
-    /// Takes in the sessions turn tasks opened and writes their receipts.
-    fn collect_mail(&mut self) {
-        for (scope, opened) in self.mailbox.drain() {
-            self.lifecycle.opened(&scope, opened);
-        }
-        self.flush();
-    }
-
-    /// Executes the store writes the lifecycle decided. The store is an optimisation: a failed
-    /// write is logged and never stops a turn.
-    fn flush(&mut self) {
-        for persist in self.lifecycle.take_persists() {
-            self.persist(persist);
-        }
-    }
-
-    fn persist(&self, persist: Persist<K>) {
-        let now = UnixMillis::now();
-        let scheme = self.store.scheme();
-        match persist {
-            Persist::Put { scope, record } => {
-                let key = store_key(&scope, scheme);
-                match self.store.put(&key, &record, now) {
-                    Ok(outcome) => {
-                        tracing::debug!(scope = %scope.label(), session_id = %record.session_id, ?outcome, "receipt written")
-                    }
-                    Err(e) => {
-                        tracing::warn!(scope = %scope.label(), session_id = %record.session_id, error = %e, "could not write the session receipt")
-                    }
-                }
-            }
-            Persist::Commit {
-                scope,
-                session_id,
-                standing_context_sent,
-                event_ids,
-            } => {
-                let key = store_key(&scope, scheme);
-                // The stored ledger becomes exactly `event_ids`: every id is new, and the window
-                // that keeps older ones is the same set.
-                let window: HashSet<String> = event_ids.iter().cloned().collect();
-                let stored = self.store.commit_delivery(
-                    &key,
-                    &session_id,
-                    standing_context_sent,
-                    &event_ids,
-                    &window,
-                    now,
-                );
-                match stored {
-                    Ok(CommitOutcome::Written | CommitOutcome::Unchanged) => {
-                        tracing::debug!(scope = %scope.label(), %session_id, "delivery ledger committed");
-                    }
-                    Ok(outcome) => {
-                        tracing::info!(scope = %scope.label(), %session_id, ?outcome, "delivery ledger not committed")
-                    }
-                    Err(e) => {
-                        tracing::warn!(scope = %scope.label(), %session_id, error = %e, "could not commit the delivery ledger")
-                    }
-                }
-            }
-            Persist::Remove { scope } => {
-                let key = store_key(&scope, scheme);
-                if let Err(e) = self.store.remove(&key) {
-                    tracing::warn!(scope = %scope.label(), error = %e, "could not remove the session receipt");
-                }
-            }
-            Persist::RemoveChannel { channel } => {
-                if let Err(e) = self.store.remove_channel(&channel) {
-                    tracing::warn!(%channel, error = %e, "could not remove the channel's session receipts");
-                }
-            }
-        }
+        self.take_out();
     }
 }

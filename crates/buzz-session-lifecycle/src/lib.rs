@@ -2,57 +2,82 @@
 //!
 //! Upstream buzz-acp keeps a thread's provider session in worker memory only, so the session dies
 //! with the worker (idle pool sleep, restart, crash) and the next message starts over. The fork's
-//! patch series fixes that. This crate holds the logic; the patches add one-line hooks at the
-//! harness's lifecycle points (admission, dispatch, session creation, turn end, maintenance tick,
-//! shutdown) that feed it and execute what it decides.
+//! patch series fixes that. This crate holds the logic; the patches add hooks at the harness's
+//! lifecycle points (admission, dispatch, session creation, turn end, maintenance tick, shutdown)
+//! that feed it and execute what it decides. Each patch that adds behaviour here enables one
+//! cargo feature, so retiring the patch compiles its part out:
 //!
-//! | module | job |
+//! | feature | patch | adds |
+//! |---|---|---|
+//! | — | `session-store-resume` | receipts, restore, retries, the store worker, dispatch |
+//! | `scope-keys` | `store-key-session-scope` | receipts keyed by the full scope |
+//! | `capability-gate` | `load-session-capability-gate` | only advertised restore and close methods |
+//! | `delta-context` | `delta-context-delivery` | the delivery ledger persisted and re-seeded |
+//! | `residency` | `resident-background-controllers` | [`residency`]: hot follow-ups |
+//!
+//! The pure core, one concept per module:
+//!
+//! | module | concept |
 //! |---|---|
-//! | [`lifecycle`] | [`Lifecycle`]: the state machine — pending input, turns, residents, retries |
-//! | [`driver`] | [`Driver`]: the imperative shell — clock, receipt store, mailbox |
-//! | [`plan`] | [`Plan`], [`Via`] (hot / warm / cold), [`Target`], [`SlotView`] |
-//! | [`residents`] | live sessions kept for hot continuation; exactly-once disposal |
-//! | [`retry`] | bounded retries of a restore that failed without a definitive answer |
-//! | [`classify`] | what an agent's error says about a stored session (gone or not) |
-//! | [`gate`] | which session methods the agent advertised (ACP v1 and v2 layouts) |
-//! | [`wire`] | the frame tap: replayed history stays out of the observer; raw capabilities |
-//! | [`report`], [`effect`] | what the harness reports, what the lifecycle asks for |
-//! | [`notice`] | what a thread is told when its session cannot be reopened |
-//! | [`args`] | the command-line flags of the series |
+//! | [`placement`] | which scope runs now, and on which worker |
+//! | [`reach`] | how a turn reaches its session: hot, warm or cold ([`Plan`]) |
+//! | [`outcome`] | what a turn task reports and how a turn ended |
+//! | [`settlement`] | the ledger committed after a successful turn (bounded here only) |
+//! | [`release`] | abandoning and releasing sessions |
+//! | `residency` | resident sessions (feature `residency`) |
+//! | [`retry`] | bounded retries of an undecided restore |
+//! | [`receipt_view`] | what the lifecycle knows of a receipt; write conditions |
+//! | [`lifecycle`] | [`Lifecycle`]: the per-scope phases tying these together |
+//! | [`decision`], [`telemetry`] | what the harness executes, what the driver executes, what happened |
+//! | [`classify`], [`gate`], [`notice`] | agent errors, agent capabilities, notice texts |
 //!
-//! The state machine is synchronous and clock-free ([`clock::Moment`] is passed in); the driver
-//! does the store I/O, from the harness's event loop, never from a turn task.
+//! The imperative shell: [`driver`] (clock, mailbox, record sink), [`store_io`] with
+//! [`write_queue`] and [`receipts`] (the store off the event loop), [`dispatch`] (queue → turns,
+//! the one path the harness and the property tests share), [`mailbox`], [`wire`] (the frame
+//! tap), [`args`].
 
 pub mod args;
 pub mod classify;
 pub mod clock;
+pub mod decision;
+pub mod dispatch;
 pub mod driver;
-pub mod effect;
 pub mod gate;
 pub mod lifecycle;
+pub mod mailbox;
 pub mod notice;
-pub mod plan;
-pub mod report;
-pub mod residents;
+pub mod outcome;
+pub mod placement;
+pub mod reach;
+pub mod receipt_view;
+pub mod receipts;
+pub mod release;
+#[cfg(feature = "residency")]
+pub mod residency;
 pub mod retry;
 pub mod scope;
+pub mod session_config;
+pub mod settlement;
+pub mod store_io;
+pub mod telemetry;
 pub mod testing;
 pub mod wire;
+pub mod write_queue;
 
-mod pending;
+mod phase;
 
 pub use buzz_session_store as store;
 pub use clock::Moment;
-pub use driver::{Driver, Mailbox};
-pub use effect::{Effect, Notice, Persist, Record};
+pub use decision::{Command, Notice, NoticeCause, StoreOp};
+pub use dispatch::{Claimed, Inbox, Step, Workers};
+pub use driver::Driver;
 pub use gate::{AgentCaps, RestoreMethod, restore_method};
-pub use lifecycle::{Lifecycle, LifecycleConfig, RunningRoute};
-pub use pending::{Batch, Seq};
-pub use plan::{
-    ColdReason, Plan, SessionConfig, SlotView, Target, Via, ViaKind, fingerprint_of,
-    restore_params, scope_meta,
-};
-pub use report::{Delivered, Opened, TurnOutcome};
-pub use residents::{DisposeReason, Resident};
+pub use lifecycle::{Lifecycle, LifecycleConfig, close_allowed};
+pub use mailbox::{Mailbox, Report, Reporter};
+pub use outcome::{AfterTurn, Delivered, Opened, TurnOutcome};
+pub use placement::{Placed, Ready, SlotView, Target};
+pub use reach::{ColdReason, Plan, Reach, ReachKind, restore_params, scope_meta};
 pub use retry::RetryPolicy;
 pub use scope::{Input, Scope};
+pub use session_config::SessionConfig;
+pub use telemetry::Record;

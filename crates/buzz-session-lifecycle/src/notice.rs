@@ -53,6 +53,14 @@ pub fn restore_abandoned(detail: &str) -> String {
     )
 }
 
+/// The receipt store did not answer in time and this harness knew nothing of the thread's
+/// session: the answer comes from a new session, which becomes the thread's session.
+pub fn store_unavailable() -> String {
+    "I could not reach the record of this thread's earlier session in time (the session store is \
+     unavailable), so I am continuing in a new session that has only the recent messages."
+        .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,117 @@
+//! Where turn tasks report to the lifecycle while they run.
+//!
+//! A turn task runs beside the event loop and never touches the lifecycle: it posts what it did
+//! (the session it opened, the context window it used, a plan it could not carry out) to a
+//! [`Mailbox`], and the driver takes the mail in on the event loop before every decision.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::gate::RestoreMethod;
+use crate::outcome::Opened;
+
+/// What a turn task reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Report {
+    /// It opened the scope's session.
+    Opened(Opened),
+    /// The ids of the context window its prompt used.
+    Window(Vec<String>),
+    /// The worker no longer holds the session the plan continues.
+    Stale,
+    /// Reopening the stored session failed without a definitive answer.
+    Undecided {
+        /// The method that was sent.
+        method: RestoreMethod,
+        /// What the agent said (or the timeout).
+        detail: String,
+    },
+}
+
+/// Where turn tasks report. Cheap to clone; shared by the event loop (which drains it) and every
+/// turn task (which posts).
+#[derive(Debug)]
+pub struct Mailbox<K>(Arc<Mutex<Vec<(K, Report)>>>);
+
+impl<K> Clone for Mailbox<K> {
+    fn clone(&self) -> Self {
+        Mailbox(Arc::clone(&self.0))
+    }
+}
+
+impl<K> Default for Mailbox<K> {
+    fn default() -> Self {
+        Mailbox(Arc::new(Mutex::new(Vec::new())))
+    }
+}
+
+impl<K: Clone> Mailbox<K> {
+    fn lock(&self) -> MutexGuard<'_, Vec<(K, Report)>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Posts a report about `scope`.
+    pub fn post(&self, scope: &K, report: Report) {
+        self.lock().push((scope.clone(), report));
+    }
+
+    /// A reporter for the turns of `scope` (handed to a turn with its plan).
+    pub fn reporter(&self, scope: &K) -> Reporter
+    where
+        K: Send + Sync + 'static,
+    {
+        let mailbox = self.clone();
+        let scope = scope.clone();
+        Reporter(Some(Arc::new(move |report| mailbox.post(&scope, report))))
+    }
+
+    /// Takes every report posted so far, in order.
+    pub fn drain(&self) -> Vec<(K, Report)> {
+        std::mem::take(&mut *self.lock())
+    }
+}
+
+/// Where one turn task reports: its scope's mailbox, travelling with the turn's [`Plan`]
+/// (crate::Plan). A detached reporter (a plan made outside a driver, e.g. in tests) drops what
+/// it is told.
+#[derive(Clone, Default)]
+pub struct Reporter(Option<Arc<dyn Fn(Report) + Send + Sync>>);
+
+impl std::fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Reporter" } else { "Reporter(detached)" })
+    }
+}
+
+impl Reporter {
+    /// Reports `report`.
+    pub fn post(&self, report: Report) {
+        if let Some(post) = &self.0 {
+            post(report);
+        }
+    }
+
+    /// `session/new` created `session_id`, with the model and permission mode actually applied
+    /// (`None`: the agent's default).
+    pub fn created(&self, session_id: &str, model: &Option<String>, permission_mode: &Option<String>) {
+        self.post(Report::Opened(Opened::Created {
+            session_id: session_id.to_string(),
+            model: model.clone(),
+            permission_mode: permission_mode.clone(),
+        }));
+    }
+
+    /// The stored session `session_id` was reopened with `method`.
+    pub fn restored(&self, session_id: &str, method: RestoreMethod) {
+        let session_id = session_id.to_string();
+        self.post(Report::Opened(Opened::Restored { session_id, method }));
+    }
+
+    /// The agent answered `method` with `detail`: it no longer has `session_id`.
+    pub fn lost(&self, session_id: &str, method: RestoreMethod, detail: String) {
+        self.post(Report::Opened(Opened::Lost {
+            session_id: session_id.to_string(),
+            method,
+            detail,
+        }));
+    }
+}

@@ -1,0 +1,134 @@
+//! Settlement: after a successful turn's reply is published, what its session has been shown is
+//! committed to the receipt — bounded, in this one place, to what can still come back.
+
+#[cfg(feature = "delta-context")]
+use buzz_session_store::DeliveryRecord;
+
+#[cfg(feature = "delta-context")]
+use crate::decision::StoreOp;
+use crate::lifecycle::Lifecycle;
+use crate::outcome::Delivered;
+use crate::phase::Phase;
+use crate::scope::{Input, Scope};
+
+/// A successful turn waiting for its reply to be published and its ledger to be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Settle {
+    /// The worker the turn ran on (its ledger is read there).
+    pub(crate) slot: usize,
+    /// The session that answered.
+    pub(crate) session_id: String,
+    /// Ids of the turn's context window.
+    pub(crate) window: Vec<String>,
+    /// Ids of the turn's triggers.
+    pub(crate) triggers: Vec<String>,
+    /// The published reply's id.
+    pub(crate) reply: Option<String>,
+}
+
+/// The ledger worth persisting: of everything the session has been shown, only what can still
+/// appear in a context window — the turn's window, its triggers and its reply. Older ids have
+/// left the window for good (it only moves forward), so remembering them would only grow the
+/// receipt in long threads. Sorted and unique.
+pub fn bound_ledger(
+    shown: &[String],
+    window: &[String],
+    triggers: &[String],
+    reply: Option<&str>,
+) -> Vec<String> {
+    let mut kept: Vec<String> = shown
+        .iter()
+        .filter(|id| {
+            window.contains(id) || triggers.contains(id) || reply == Some(id.as_str())
+        })
+        .cloned()
+        .collect();
+    kept.sort_unstable();
+    kept.dedup();
+    kept
+}
+
+impl<K: Scope, I: Input> Lifecycle<K, I> {
+    /// The reply to `scope`'s successful turn was published as event `reply_id`. It belongs to
+    /// the session that wrote it and must never come back to it as context.
+    pub fn replied(&mut self, scope: &K, reply_id: &str) {
+        if let Some(Phase::Settling(settle)) = self.scopes.get_mut(scope).map(|s| &mut s.phase) {
+            settle.reply = Some(reply_id.to_string());
+        }
+    }
+
+    /// Successful turns waiting for [`Lifecycle::settled`], with their worker slots.
+    pub fn settling(&self) -> Vec<(K, usize)> {
+        self.scopes
+            .iter()
+            .filter_map(|(k, s)| match &s.phase {
+                Phase::Settling(settle) => Some((k.clone(), settle.slot)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// After a successful turn was published and marked handled: what the session has been
+    /// shown (`delivered`, read from the worker; `None` if the worker no longer holds the
+    /// session). With delivery persisted, the bounded ledger is committed to the receipt.
+    pub fn settled(&mut self, scope: &K, delivered: Option<Delivered>) {
+        let Some(state) = self.scopes.get_mut(scope) else {
+            return;
+        };
+        let Phase::Settling(settle) = std::mem::take(&mut state.phase) else {
+            return;
+        };
+        let delivered = delivered.filter(|d| d.session_id == settle.session_id);
+        #[cfg(feature = "delta-context")]
+        if let Some(delivered) = delivered {
+            self.commit(scope, &settle, delivered);
+        }
+        #[cfg(not(feature = "delta-context"))]
+        let _ = (settle, delivered);
+        self.forget_if_bare(scope);
+    }
+
+    /// Commits the bounded ledger of a settled turn (delivery persisted with the receipt).
+    #[cfg(feature = "delta-context")]
+    fn commit(&mut self, scope: &K, settle: &Settle, delivered: Delivered) {
+        if !self.config.resume {
+            return;
+        }
+        let ledger = DeliveryRecord {
+            standing_context_sent: delivered.standing_context_sent,
+            delivered_event_ids: bound_ledger(
+                &delivered.event_ids,
+                &settle.window,
+                &settle.triggers,
+                settle.reply.as_deref(),
+            ),
+        };
+        if let crate::receipt_view::Belief::Present(record) = &mut self.state(scope).receipt.belief
+            && record.session_id == settle.session_id
+        {
+            record.delivery = Some(ledger.clone());
+        }
+        self.store(StoreOp::Commit {
+            scope: scope.clone(),
+            session_id: settle.session_id.clone(),
+            ledger,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_ledger_keeps_only_what_can_come_back() {
+        let shown = ids(&["old1", "w2", "t1", "r1", "w1", "old2", "w1"]);
+        let kept = bound_ledger(&shown, &ids(&["w1", "w2", "w3"]), &ids(&["t1"]), Some("r1"));
+        assert_eq!(kept, ids(&["r1", "t1", "w1", "w2"]));
+        assert!(bound_ledger(&shown, &[], &[], None).is_empty());
+    }
+}

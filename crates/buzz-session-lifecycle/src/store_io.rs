@@ -1,0 +1,355 @@
+//! The store worker: receipt I/O beside the event loop, never on it.
+//!
+//! The event loop hands the worker store operations and goes on; each operation runs on a
+//! blocking thread (`tokio::task::spawn_blocking`) and its result comes back through a channel
+//! the loop polls (and `select!`s on). The rules:
+//!
+//! * **Writes are ordered per scope and bounded in memory.** They wait in a [`WriteQueue`] (at
+//!   most one entry per scope, channel-wide removals in their place) and go to the store one at a
+//!   time. A write that fails goes back in front and is retried with a growing pause (1 s doubling
+//!   to 30 s): that is the replay after an outage. Every write is conditional on what the
+//!   lifecycle believed when it decided, so a replay never overwrites a receipt someone else
+//!   wrote meanwhile.
+//! * **Reads never wait behind another scope's writes** (only behind the same scope's, so they
+//!   see them), and the lifecycle bounds how long a turn waits for one.
+//! * **The store may be down at startup**: it is opened in the background and retried; the
+//!   harness serves meanwhile. Health is logged on transitions (down / up), not per call.
+//!
+//! Under tokio's paused clock (tests) a blocking task keeps the clock from auto-advancing while
+//! it runs, so a real store call is never overtaken by virtual time.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use buzz_session_store::{SessionRecord, StoreError, UnixMillis};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::clock::Moment;
+use crate::receipts::{Receipts, Written, condition_of, store_key};
+use crate::scope::Scope;
+use crate::write_queue::{Entry, Target, Write, WriteQueue};
+
+/// Opens the store (called on a blocking thread, again after each failure).
+pub type Opener = Arc<dyn Fn() -> Result<Arc<dyn Receipts>, StoreError> + Send + Sync>;
+
+/// Longest pause between two attempts at a failing write or open.
+const MAX_PAUSE: Duration = Duration::from_secs(30);
+
+/// What the worker tells the driver.
+#[derive(Debug)]
+pub enum IoEvent<K> {
+    /// A read answered.
+    Read(K, Result<Option<SessionRecord>, StoreError>),
+    /// A scope write was refused: the store holds something else than the lifecycle believed.
+    Conflict {
+        /// The scope.
+        scope: K,
+        /// What was written (`put`, `commit`, `remove`).
+        op: &'static str,
+        /// The session the store names now.
+        stored: Option<String>,
+    },
+    /// The store became unavailable (the first failure after it worked, or at startup).
+    Down {
+        /// What failed.
+        error: String,
+    },
+    /// The store answers again (or for the first time).
+    Up {
+        /// Where the receipts live.
+        location: String,
+    },
+}
+
+enum Done<K> {
+    Opened(Result<Arc<dyn Receipts>, StoreError>),
+    Read(K, Result<Option<SessionRecord>, StoreError>),
+    Wrote(Entry<K>, Result<Written, StoreError>),
+}
+
+enum Backend {
+    /// Not open yet; the next attempt is due at `at` (or runs now, `opening`).
+    Closed { at: Instant, pause: Duration, opening: bool },
+    Open(Arc<dyn Receipts>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Health {
+    Unknown,
+    Up,
+    Down,
+}
+
+/// The store worker of one lifecycle.
+pub struct StoreIo<K> {
+    opener: Opener,
+    backend: Backend,
+    queue: WriteQueue<K>,
+    writing: Option<Entry<K>>,
+    write_due: Instant,
+    write_pause: Duration,
+    /// Reads waiting for their scope's writes, or in flight.
+    reads: BTreeMap<K, bool>,
+    done_tx: mpsc::UnboundedSender<Done<K>>,
+    done_rx: mpsc::UnboundedReceiver<Done<K>>,
+    health: Health,
+    /// The lifecycle clock's origin (moments are measured from it).
+    origin: Instant,
+    events: Vec<IoEvent<K>>,
+}
+
+impl<K> std::fmt::Debug for StoreIo<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreIo")
+            .field("health", &self.health)
+            .field("queued", &self.queue.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
+    /// A worker that opens its store with `opener`, in the background, at once. `origin` is the
+    /// lifecycle clock's origin.
+    pub fn new(opener: Opener, origin: Instant) -> Self {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let mut io = StoreIo {
+            opener,
+            backend: Backend::Closed {
+                at: origin,
+                pause: Duration::from_secs(1),
+                opening: false,
+            },
+            queue: WriteQueue::default(),
+            writing: None,
+            write_due: origin,
+            write_pause: Duration::ZERO,
+            reads: BTreeMap::new(),
+            done_tx,
+            done_rx,
+            health: Health::Unknown,
+            origin,
+            events: Vec::new(),
+        };
+        io.pump();
+        io
+    }
+
+    /// Queues a read of `scope`'s receipt.
+    pub fn read(&mut self, scope: K) {
+        self.reads.entry(scope).or_insert(false);
+        self.pump();
+    }
+
+    /// Queues a write for `scope`.
+    pub fn write(&mut self, scope: K, write: Write) {
+        self.queue.push(scope, write);
+        self.pump();
+    }
+
+    /// Queues the removal of every receipt of `channel`.
+    pub fn remove_channel(&mut self, channel: String) {
+        self.queue.push_channel(channel);
+        self.pump();
+    }
+
+    /// Takes in finished operations without waiting, starts what can start, and returns what
+    /// happened.
+    pub fn poll(&mut self) -> Vec<IoEvent<K>> {
+        while let Ok(done) = self.done_rx.try_recv() {
+            self.finish(done);
+        }
+        self.pump();
+        std::mem::take(&mut self.events)
+    }
+
+    /// Waits until an operation finishes (for the event loop's `select!`), then behaves like
+    /// [`StoreIo::poll`].
+    pub async fn next(&mut self) -> Vec<IoEvent<K>> {
+        if let Some(done) = self.done_rx.recv().await {
+            self.finish(done);
+        }
+        self.poll()
+    }
+
+    /// Writes waiting or in flight.
+    pub fn unwritten(&self) -> usize {
+        self.queue.len() + usize::from(self.writing.is_some())
+    }
+
+    /// Waits up to `within` for every queued write to reach the store (at shutdown). Returns how
+    /// many did not.
+    pub async fn flush(&mut self, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        while self.unwritten() > 0 {
+            self.pump();
+            let Ok(Some(done)) = tokio::time::timeout_at(deadline, self.done_rx.recv()).await
+            else {
+                break;
+            };
+            self.finish(done);
+        }
+        self.unwritten()
+    }
+
+    /// Starts every operation that can start now.
+    fn pump(&mut self) {
+        let now = Instant::now();
+        let store = match &mut self.backend {
+            Backend::Open(store) => Arc::clone(store),
+            Backend::Closed { at, opening, .. } => {
+                if !*opening && *at <= now {
+                    *opening = true;
+                    let opener = Arc::clone(&self.opener);
+                    let tx = self.done_tx.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let _ = tx.send(Done::Opened(opener()));
+                    });
+                }
+                return;
+            }
+        };
+        let waiting: Vec<K> = self
+            .reads
+            .iter()
+            .filter(|(scope, started)| !**started && !self.has_write(scope))
+            .map(|(scope, _)| scope.clone())
+            .collect();
+        for scope in waiting {
+            self.reads.insert(scope.clone(), true);
+            let store = Arc::clone(&store);
+            let tx = self.done_tx.clone();
+            tokio::task::spawn_blocking(move || {
+                let key = store_key(&scope, store.scheme());
+                let result = store.read(&key);
+                let _ = tx.send(Done::Read(scope, result));
+            });
+        }
+        if self.writing.is_some() || self.write_due > now {
+            return;
+        }
+        let Some(entry) = self.queue.pop() else {
+            return;
+        };
+        self.writing = Some(entry.clone());
+        let to_store_time = self.to_store_time();
+        let tx = self.done_tx.clone();
+        tokio::task::spawn_blocking(move || {
+            let result = match &entry {
+                Entry::Scope(scope, write) => {
+                    let key = store_key(scope, store.scheme());
+                    let condition = condition_of(write, to_store_time);
+                    store.write(&key, &condition, &write.target, UnixMillis::now())
+                }
+                Entry::Channel(channel) => store.remove_channel(channel).map(|()| Written::Done),
+            };
+            let _ = tx.send(Done::Wrote(entry, result));
+        });
+    }
+
+    fn has_write(&self, scope: &K) -> bool {
+        self.queue.has(scope)
+            || matches!(&self.writing, Some(Entry::Scope(s, _)) if s == scope)
+    }
+
+    /// Converts a lifecycle moment to the store's wall clock (now, minus how long ago it was).
+    fn to_store_time(&self) -> impl Fn(Moment) -> UnixMillis + Send + 'static {
+        let now = Moment::from_elapsed(Instant::now().duration_since(self.origin));
+        let wall_now = UnixMillis::now().0;
+        move |at: Moment| {
+            let ago = u64::try_from(now.since(at).as_millis()).unwrap_or(u64::MAX);
+            UnixMillis(wall_now.saturating_sub(ago))
+        }
+    }
+
+    fn finish(&mut self, done: Done<K>) {
+        match done {
+            Done::Opened(Ok(store)) => {
+                self.backend = Backend::Open(store);
+                self.up();
+            }
+            Done::Opened(Err(e)) => {
+                let pause = match &self.backend {
+                    Backend::Closed { pause, .. } => *pause,
+                    Backend::Open(_) => Duration::from_secs(1),
+                };
+                self.backend = Backend::Closed {
+                    at: Instant::now() + pause,
+                    pause: (pause * 2).min(MAX_PAUSE),
+                    opening: false,
+                };
+                self.down(&e);
+            }
+            Done::Read(scope, result) => {
+                self.reads.remove(&scope);
+                match &result {
+                    Ok(_) => self.up(),
+                    Err(e) => self.down(e),
+                }
+                self.events.push(IoEvent::Read(scope, result));
+            }
+            Done::Wrote(entry, result) => {
+                self.writing = None;
+                match result {
+                    Ok(written) => {
+                        self.write_pause = Duration::ZERO;
+                        self.up();
+                        if let (Entry::Scope(scope, write), Written::Conflict { stored }) =
+                            (entry, written)
+                        {
+                            self.conflict(scope, &write, stored);
+                        }
+                    }
+                    Err(e) => {
+                        self.down(&e);
+                        self.write_pause = (self.write_pause * 2)
+                            .max(Duration::from_secs(1))
+                            .min(MAX_PAUSE);
+                        self.write_due = Instant::now() + self.write_pause;
+                        self.queue.push_front(entry);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A refused write. A replay of a write that did reach the store before (its answer was
+    /// lost) finds its own session stored: that is success.
+    fn conflict(&mut self, scope: K, write: &Write, stored: Option<String>) {
+        let own = match &write.target {
+            Target::Record(record) => stored.as_deref() == Some(record.session_id.as_str()),
+            Target::Absent => stored.is_none(),
+            Target::Ledger { .. } => false,
+        };
+        if own {
+            return;
+        }
+        let op = match write.target {
+            Target::Record(_) => "put",
+            Target::Ledger { .. } => "commit",
+            Target::Absent => "remove",
+        };
+        self.events.push(IoEvent::Conflict { scope, op, stored });
+    }
+
+    fn up(&mut self) {
+        if self.health != Health::Up {
+            self.health = Health::Up;
+            let location = match &self.backend {
+                Backend::Open(store) => store.location(),
+                Backend::Closed { .. } => String::new(),
+            };
+            self.events.push(IoEvent::Up { location });
+        }
+    }
+
+    fn down(&mut self, e: &StoreError) {
+        if self.health != Health::Down {
+            self.health = Health::Down;
+            self.events.push(IoEvent::Down {
+                error: e.to_string(),
+            });
+        }
+    }
+}
