@@ -5,10 +5,11 @@
 //! once per event: a receipt when a session is created, the delivery ledger once per successful
 //! turn, a removal when a session is abandoned.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use buzz_session_store::{CommitOutcome, KeyScheme, ReceiptStore, ScopeKey, UnixMillis};
+use buzz_session_store::{
+    CommitOutcome, Expect, KeyScheme, ReceiptStore, ScopeKey, TurnCommit, UnixMillis,
+};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -347,7 +348,8 @@ impl<K: Scope, I: Input> Driver<K, I> {
         match persist {
             Persist::Put { scope, record } => {
                 let key = store_key(&scope, scheme);
-                match self.store.put(&key, &record, now) {
+                // Replaces whatever is stored, as before conditional writes existed.
+                match self.store.put(&key, &record, &Expect::NotWrittenSince(now), now) {
                     Ok(outcome) => {
                         tracing::debug!(scope = %scope.label(), session_id = %record.session_id, ?outcome, "receipt written")
                     }
@@ -363,17 +365,16 @@ impl<K: Scope, I: Input> Driver<K, I> {
                 event_ids,
             } => {
                 let key = store_key(&scope, scheme);
-                // The stored ledger becomes exactly `event_ids`: every id is new, and the window
-                // that keeps older ones is the same set.
-                let window: HashSet<String> = event_ids.iter().cloned().collect();
-                let stored = self.store.commit_delivery(
-                    &key,
-                    &session_id,
+                // The stored ledger becomes exactly `event_ids`.
+                let commit = TurnCommit {
+                    session_id: session_id.clone(),
+                    delivered_event_ids: event_ids,
                     standing_context_sent,
-                    &event_ids,
-                    &window,
-                    now,
-                );
+                    turns: None,
+                    usage: None,
+                    handoff_delivered: false,
+                };
+                let stored = self.store.commit_turn(&key, &commit, now);
                 match stored {
                     Ok(CommitOutcome::Written | CommitOutcome::Unchanged) => {
                         tracing::debug!(scope = %scope.label(), %session_id, "delivery ledger committed");
@@ -388,12 +389,12 @@ impl<K: Scope, I: Input> Driver<K, I> {
             }
             Persist::Remove { scope } => {
                 let key = store_key(&scope, scheme);
-                if let Err(e) = self.store.remove(&key) {
+                if let Err(e) = self.store.remove(&key, &Expect::NotWrittenSince(now)) {
                     tracing::warn!(scope = %scope.label(), error = %e, "could not remove the session receipt");
                 }
             }
             Persist::RemoveChannel { channel } => {
-                if let Err(e) = self.store.remove_channel(&channel) {
+                if let Err(e) = self.store.remove_channel(&channel, now) {
                     tracing::warn!(%channel, error = %e, "could not remove the channel's session receipts");
                 }
             }
