@@ -349,7 +349,10 @@ impl<K: Scope, I: Input> Driver<K, I> {
             Persist::Put { scope, record } => {
                 let key = store_key(&scope, scheme);
                 // Replaces whatever is stored, as before conditional writes existed.
-                match self.store.put(&key, &record, &Expect::NotWrittenSince(now), now) {
+                match self
+                    .store
+                    .put(&key, &record, &Expect::NotWrittenSince(now), now)
+                {
                     Ok(outcome) => {
                         tracing::debug!(scope = %scope.label(), session_id = %record.session_id, ?outcome, "receipt written")
                     }

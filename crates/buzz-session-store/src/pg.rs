@@ -175,10 +175,13 @@ impl Default for PgOptions {
     }
 }
 
+/// The body of a job: runs on the connection thread's runtime within the time left.
+type Work = Box<dyn FnOnce(&Runtime, &mut Link, Duration) + Send>;
+
 /// A unit of work for the connection thread, with the instant its caller gives up.
 struct Job {
     expires: Instant,
-    run: Box<dyn FnOnce(&Runtime, &mut Link, Duration) + Send>,
+    run: Work,
 }
 
 /// Receipts of one (relay, agent key) in a PostgreSQL database.
