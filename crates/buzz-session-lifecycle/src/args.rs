@@ -6,7 +6,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use buzz_session_store::{KeyScheme, ReceiptStore, StoreArgs, StoreConfig, StoreError, StoreScope};
+use buzz_session_store::{
+    KeyScheme, ReceiptStore, StoreArgs, StoreConfig, StoreError, StoreScope,
+};
 use clap::builder::BoolishValueParser;
 
 use crate::lifecycle::LifecycleConfig;

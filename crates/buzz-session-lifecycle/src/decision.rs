@@ -3,7 +3,7 @@
 //! happened. The state machine returns these and performs no I/O; the two vocabularies are kept
 //! apart so the harness never sees a store write and the store never sees a worker.
 
-use buzz_session_store::{DeliveryRecord, SessionRecord};
+use buzz_session_store::{SessionRecord, TurnCommit};
 use serde::Serialize;
 
 use crate::receipt_view::Expect;
@@ -76,15 +76,14 @@ pub enum StoreOp<K> {
         /// The condition.
         expect: Expect,
     },
-    /// After a successful turn: what the session has been shown, while the receipt still names
-    /// `session_id` (a late commit never touches a newer session's receipt).
+    /// After a successful turn: what the session has been shown (and, as the series grows, its
+    /// turn count and usage), while the receipt still names the turn's session (a late commit
+    /// never touches a newer session's receipt).
     Commit {
         /// The scope.
         scope: K,
-        /// The session the turn ran on.
-        session_id: String,
-        /// The delivery ledger that replaces the stored one.
-        ledger: DeliveryRecord,
+        /// The turn's updates.
+        commit: TurnCommit,
     },
     /// The session was abandoned on purpose: forget the receipt, if it is still the one the
     /// lifecycle believed in.

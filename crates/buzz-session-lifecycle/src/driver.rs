@@ -246,6 +246,7 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                 IoEvent::Conflict { scope, op, stored } => {
                     self.lifecycle.conflict(&scope, op, stored);
                 }
+                IoEvent::Forgotten(scope) => self.lifecycle.forgotten(&scope),
                 IoEvent::Down { error } => {
                     tracing::warn!(%error, "receipt store unavailable; serving without it until it answers");
                     (self.records)("store_health", json!({"up": false, "error": error}));
@@ -261,6 +262,7 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     /// Sorts what the lifecycle decided: store operations to the worker, records to the sink
     /// and the log, commands to the harness.
     pub(crate) fn take_out(&mut self) {
+        let now = self.now();
         let out = self.lifecycle.take_outbox();
         for op in out.store {
             match op {
@@ -273,28 +275,27 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                     scope,
                     Write {
                         expect: Some(expect),
+                        decided: now,
                         target: Target::Record(record),
                     },
                 ),
-                StoreOp::Commit {
-                    scope,
-                    session_id,
-                    ledger,
-                } => self.io.write(
+                StoreOp::Commit { scope, commit } => self.io.write(
                     scope,
                     Write {
                         expect: None,
-                        target: Target::Ledger { session_id, ledger },
+                        decided: now,
+                        target: Target::Turn(commit),
                     },
                 ),
                 StoreOp::Remove { scope, expect } => self.io.write(
                     scope,
                     Write {
                         expect: Some(expect),
+                        decided: now,
                         target: Target::Absent,
                     },
                 ),
-                StoreOp::RemoveChannel { channel } => self.io.remove_channel(channel),
+                StoreOp::RemoveChannel { channel } => self.io.remove_channel(channel, now),
             }
         }
         for record in out.records {

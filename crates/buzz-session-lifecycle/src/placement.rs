@@ -190,6 +190,21 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         }
     }
 
+    /// An operator forgot `scope`'s receipt (the store refused a write decided before that): the
+    /// scope starts over — its live session is not continued, and its next session is new.
+    pub fn forgotten(&mut self, scope: &K) {
+        #[cfg(feature = "residency")]
+        self.dispose(scope, crate::residency::DisposeReason::Forgotten);
+        let state = self.state(scope);
+        state.receipt.belief = crate::receipt_view::Belief::Absent;
+        state.receipt.freshness = Freshness::Stale;
+        state.next = crate::reach::NextSession::Fresh;
+        state.known = None;
+        self.record(crate::telemetry::Record::ReceiptForgotten {
+            scope: scope.label(),
+        });
+    }
+
     /// A receipt write was refused: the store holds something else than the lifecycle believed
     /// (`stored`: the session it names). The lifecycle no longer knows what is stored, so the
     /// scope's next start reads it again.

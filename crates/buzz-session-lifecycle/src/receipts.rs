@@ -5,36 +5,29 @@
 use std::sync::Arc;
 
 use buzz_session_store::{
-    CommitOutcome, KeyScheme, ReceiptStore, Removal, ScopeKey, SessionRecord, StoreError,
-    UnixMillis,
+    CommitOutcome, Expect as StoreExpect, KeyScheme, PutOutcome, ReceiptStore, Removal, ScopeKey,
+    SessionRecord, StoreError, UnixMillis,
 };
 
 use crate::scope::Scope;
-use crate::write_queue::{Target, Write};
+use crate::write_queue::Target;
 
-/// The condition of a write, in the store's time.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Condition {
-    /// No receipt is stored.
-    Absent,
-    /// The stored receipt names this session.
-    Session(String),
-    /// Whatever is stored was written no later than this.
-    UnchangedSince(UnixMillis),
-    /// No condition (a ledger commit: its condition is its session).
-    None,
-}
+/// The condition of a write, in the store's terms (`None`: a turn commit, whose condition is its
+/// session).
+pub type Condition = Option<StoreExpect>;
 
 /// What a write did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Written {
-    /// The receipt is what the write asked for.
+    /// The receipt is what the write asked for (or the store does not keep receipts).
     Done,
     /// The store held something else than the condition expected; nothing changed.
     Conflict {
         /// The session the store names now (`None`: no receipt).
         stored: Option<String>,
     },
+    /// An operator forgot the receipt after the write was decided; nothing changed.
+    Forgotten,
 }
 
 /// The receipt store, as the lifecycle uses it. Calls block (they run on blocking threads, never
@@ -46,7 +39,8 @@ pub trait Receipts: Send + Sync + std::fmt::Debug {
     /// The store could not be asked.
     fn read(&self, key: &ScopeKey) -> Result<Option<SessionRecord>, StoreError>;
 
-    /// Makes `key`'s receipt `target` if the store satisfies `condition`.
+    /// Makes `key`'s receipt `target` if the store satisfies `condition`; `decided` is when the
+    /// harness decided the write.
     ///
     /// # Errors
     /// The write did not happen, or it is unknown whether it did.
@@ -55,14 +49,14 @@ pub trait Receipts: Send + Sync + std::fmt::Debug {
         key: &ScopeKey,
         condition: &Condition,
         target: &Target,
-        now: UnixMillis,
+        decided: UnixMillis,
     ) -> Result<Written, StoreError>;
 
-    /// Forgets every receipt of `channel`.
+    /// Forgets every receipt of `channel` (decided at `decided`).
     ///
     /// # Errors
     /// The write did not happen, or it is unknown whether it did.
-    fn remove_channel(&self, channel: &str) -> Result<(), StoreError>;
+    fn remove_channel(&self, channel: &str, decided: UnixMillis) -> Result<(), StoreError>;
 
     /// How scopes map to keys.
     fn scheme(&self) -> KeyScheme;
@@ -80,18 +74,6 @@ pub fn store_key<K: Scope>(scope: &K, scheme: KeyScheme) -> ScopeKey {
     scheme.map(&key)
 }
 
-/// A folded write as the store is asked for it.
-pub fn condition_of(write: &Write, to_store_time: impl Fn(crate::clock::Moment) -> UnixMillis) -> Condition {
-    match &write.expect {
-        Some(crate::receipt_view::Expect::Absent) => Condition::Absent,
-        Some(crate::receipt_view::Expect::Session(id)) => Condition::Session(id.clone()),
-        Some(crate::receipt_view::Expect::UnchangedSince(at)) => {
-            Condition::UnchangedSince(to_store_time(*at))
-        }
-        None => Condition::None,
-    }
-}
-
 impl Receipts for Arc<dyn ReceiptStore> {
     fn read(&self, key: &ScopeKey) -> Result<Option<SessionRecord>, StoreError> {
         self.get(key)
@@ -102,64 +84,34 @@ impl Receipts for Arc<dyn ReceiptStore> {
         key: &ScopeKey,
         condition: &Condition,
         target: &Target,
-        now: UnixMillis,
+        decided: UnixMillis,
     ) -> Result<Written, StoreError> {
-        let stored = |key: &ScopeKey| -> Result<Option<String>, StoreError> {
-            Ok(self.get(key)?.map(|r| r.session_id))
-        };
-        let satisfied = |current: &Option<String>| match condition {
-            Condition::Absent => current.is_none(),
-            Condition::Session(id) => current.as_deref() == Some(id.as_str()),
-            Condition::UnchangedSince(_) | Condition::None => true,
-        };
-        match target {
-            Target::Record(record) => {
-                let current = stored(key)?;
-                if !satisfied(&current) && current.as_deref() != Some(&record.session_id) {
-                    return Ok(Written::Conflict { stored: current });
+        let any = StoreExpect::NotWrittenSince(decided);
+        let expect = condition.as_ref().unwrap_or(&any);
+        Ok(match target {
+            Target::Record(record) => match self.put(key, record, expect, decided)? {
+                PutOutcome::Written { .. } | PutOutcome::NotWritable(_) => Written::Done,
+                PutOutcome::Conflict { stored } => Written::Conflict { stored },
+                PutOutcome::Forgotten { .. } => Written::Forgotten,
+            },
+            Target::Turn(commit) => match self.commit_turn(key, commit, decided)? {
+                CommitOutcome::Written | CommitOutcome::Unchanged | CommitOutcome::NotWritable(_) => {
+                    Written::Done
                 }
-                self.put(key, record, now)?;
-                Ok(Written::Done)
-            }
-            Target::Ledger { session_id, ledger } => {
-                let window = ledger.delivered_event_ids.iter().cloned().collect();
-                let outcome = self.commit_delivery(
-                    key,
-                    session_id,
-                    ledger.standing_context_sent,
-                    &ledger.delivered_event_ids,
-                    &window,
-                    now,
-                )?;
-                Ok(match outcome {
-                    CommitOutcome::Written
-                    | CommitOutcome::Unchanged
-                    | CommitOutcome::NotWritable(_) => Written::Done,
-                    CommitOutcome::OtherSession { stored_session_id } => Written::Conflict {
-                        stored: Some(stored_session_id),
-                    },
-                    CommitOutcome::NoReceipt => Written::Conflict { stored: None },
-                })
-            }
-            Target::Absent => {
-                let removal = match condition {
-                    Condition::Session(id) => self.remove_if_session(key, id)?,
-                    _ => self.remove(key)?,
-                };
-                Ok(match removal {
-                    Removal::OtherSession { stored_session_id } => Written::Conflict {
-                        stored: Some(stored_session_id),
-                    },
-                    Removal::Removed { .. } | Removal::Absent | Removal::NotWritable(_) => {
-                        Written::Done
-                    }
-                })
-            }
-        }
+                CommitOutcome::Conflict { stored } => Written::Conflict { stored },
+                CommitOutcome::Forgotten { .. } => Written::Forgotten,
+            },
+            Target::Absent => match self.remove(key, expect)? {
+                Removal::Removed { .. } | Removal::Absent | Removal::NotWritable(_) => Written::Done,
+                Removal::Conflict { stored_session_id } => Written::Conflict {
+                    stored: Some(stored_session_id),
+                },
+            },
+        })
     }
 
-    fn remove_channel(&self, channel: &str) -> Result<(), StoreError> {
-        ReceiptStore::remove_channel(self.as_ref(), channel).map(|_| ())
+    fn remove_channel(&self, channel: &str, decided: UnixMillis) -> Result<(), StoreError> {
+        ReceiptStore::remove_channel(self.as_ref(), channel, decided).map(|_| ())
     }
 
     fn scheme(&self) -> KeyScheme {

@@ -63,6 +63,8 @@ pub enum DisposeReason {
     IdleSleep,
     /// The harness is shutting down.
     Shutdown,
+    /// An operator forgot the scope's receipt.
+    Forgotten,
 }
 
 impl DisposeReason {

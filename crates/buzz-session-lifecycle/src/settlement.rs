@@ -110,8 +110,14 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         }
         self.store(StoreOp::Commit {
             scope: scope.clone(),
-            session_id: settle.session_id.clone(),
-            ledger,
+            commit: buzz_session_store::TurnCommit {
+                session_id: settle.session_id.clone(),
+                delivered_event_ids: ledger.delivered_event_ids,
+                standing_context_sent: ledger.standing_context_sent,
+                turns: None,
+                usage: None,
+                handoff_delivered: false,
+            },
         });
     }
 }

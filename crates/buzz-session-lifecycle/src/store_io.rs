@@ -27,9 +27,19 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::clock::Moment;
-use crate::receipts::{Receipts, Written, condition_of, store_key};
+use crate::receipt_view::Expect;
+use crate::receipts::{Condition, Receipts, Written, store_key};
 use crate::scope::Scope;
 use crate::write_queue::{Entry, Target, Write, WriteQueue};
+
+/// A lifecycle write condition in the store's time.
+fn condition(expect: Option<&Expect>, to_store_time: impl Fn(Moment) -> UnixMillis) -> Condition {
+    expect.map(|expect| match expect {
+        Expect::Absent => buzz_session_store::Expect::Absent,
+        Expect::Session(id) => buzz_session_store::Expect::Session(id.clone()),
+        Expect::UnchangedSince(at) => buzz_session_store::Expect::NotWrittenSince(to_store_time(*at)),
+    })
+}
 
 /// Opens the store (called on a blocking thread, again after each failure).
 pub type Opener = Arc<dyn Fn() -> Result<Arc<dyn Receipts>, StoreError> + Send + Sync>;
@@ -51,6 +61,8 @@ pub enum IoEvent<K> {
         /// The session the store names now.
         stored: Option<String>,
     },
+    /// An operator forgot the scope's receipt after the lifecycle decided a write for it.
+    Forgotten(K),
     /// The store became unavailable (the first failure after it worked, or at startup).
     Down {
         /// What failed.
@@ -148,9 +160,9 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
         self.pump();
     }
 
-    /// Queues the removal of every receipt of `channel`.
-    pub fn remove_channel(&mut self, channel: String) {
-        self.queue.push_channel(channel);
+    /// Queues the removal of every receipt of `channel`, decided at `decided`.
+    pub fn remove_channel(&mut self, channel: String, decided: Moment) {
+        self.queue.push_channel(channel, decided);
         self.pump();
     }
 
@@ -239,10 +251,13 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
             let result = match &entry {
                 Entry::Scope(scope, write) => {
                     let key = store_key(scope, store.scheme());
-                    let condition = condition_of(write, to_store_time);
-                    store.write(&key, &condition, &write.target, UnixMillis::now())
+                    let condition = condition(write.expect.as_ref(), &to_store_time);
+                    let decided = to_store_time(write.decided);
+                    store.write(&key, &condition, &write.target, decided)
                 }
-                Entry::Channel(channel) => store.remove_channel(channel).map(|()| Written::Done),
+                Entry::Channel(channel, decided) => store
+                    .remove_channel(channel, to_store_time(*decided))
+                    .map(|()| Written::Done),
             };
             let _ = tx.send(Done::Wrote(entry, result));
         });
@@ -295,10 +310,14 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
                     Ok(written) => {
                         self.write_pause = Duration::ZERO;
                         self.up();
-                        if let (Entry::Scope(scope, write), Written::Conflict { stored }) =
-                            (entry, written)
-                        {
-                            self.conflict(scope, &write, stored);
+                        match (entry, written) {
+                            (Entry::Scope(scope, write), Written::Conflict { stored }) => {
+                                self.conflict(scope, &write, stored);
+                            }
+                            (Entry::Scope(scope, _), Written::Forgotten) => {
+                                self.events.push(IoEvent::Forgotten(scope));
+                            }
+                            _ => {}
                         }
                     }
                     Err(e) => {
@@ -320,14 +339,14 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
         let own = match &write.target {
             Target::Record(record) => stored.as_deref() == Some(record.session_id.as_str()),
             Target::Absent => stored.is_none(),
-            Target::Ledger { .. } => false,
+            Target::Turn(_) => false,
         };
         if own {
             return;
         }
         let op = match write.target {
             Target::Record(_) => "put",
-            Target::Ledger { .. } => "commit",
+            Target::Turn(_) => "commit",
             Target::Absent => "remove",
         };
         self.events.push(IoEvent::Conflict { scope, op, stored });

@@ -99,6 +99,12 @@ pub enum Record {
         #[serde(skip_serializing_if = "Option::is_none")]
         stored_session_id: Option<String>,
     },
+    /// An operator forgot the scope's receipt: its live session is dropped and its next session
+    /// is new.
+    ReceiptForgotten {
+        /// Scope label.
+        scope: String,
+    },
     /// A follow-up waits for its resident's busy worker instead of going cold elsewhere.
     #[cfg(feature = "residency")]
     CapacityWait {

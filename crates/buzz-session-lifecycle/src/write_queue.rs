@@ -3,15 +3,17 @@
 //! While the store is slow or down, writes must neither pile up in memory nor lose their order.
 //! Every queued write of a scope is folded into one entry that describes the receipt the scope
 //! should end up with, under the condition of the first write folded in (the store must still
-//! hold what the lifecycle believed before that write). A channel-wide removal supersedes the
-//! queued writes of that channel's scopes and keeps its place in the order: writes queued after
-//! it come after it. So memory is bounded by the number of scopes and channels, and the store
-//! always sees each scope's writes in the order they were decided.
+//! hold what the lifecycle believed before that write) and the moment of the earliest decision
+//! (a write decided before an operator forgot the receipt never brings it back). A channel-wide
+//! removal supersedes the queued writes of that channel's scopes and keeps its place in the
+//! order: writes queued after it come after it. So memory is bounded by the number of scopes and
+//! channels, and the store always sees each scope's writes in the order they were decided.
 
 use std::collections::{BTreeMap, VecDeque};
 
-use buzz_session_store::{DeliveryRecord, SessionRecord};
+use buzz_session_store::{DeliveryRecord, SessionRecord, TurnCommit};
 
+use crate::clock::Moment;
 use crate::receipt_view::Expect;
 use crate::scope::Scope;
 
@@ -20,13 +22,8 @@ use crate::scope::Scope;
 pub enum Target {
     /// This receipt (a session was opened).
     Record(SessionRecord),
-    /// The stored receipt's delivery ledger, while it names `session_id`.
-    Ledger {
-        /// The session.
-        session_id: String,
-        /// The ledger.
-        ledger: DeliveryRecord,
-    },
+    /// A turn's updates to the stored receipt, while it names the turn's session.
+    Turn(TurnCommit),
     /// No receipt.
     Absent,
 }
@@ -34,11 +31,46 @@ pub enum Target {
 /// One scope's folded writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Write {
-    /// The condition of the first write folded in (`None` for a ledger commit, whose condition
-    /// is its session).
+    /// The condition of the first write folded in (`None` for a turn commit, whose condition is
+    /// its session).
     pub expect: Option<Expect>,
+    /// When the earliest write folded in was decided.
+    pub decided: Moment,
     /// The receipt it should end up with.
     pub target: Target,
+}
+
+/// `commit` applied to `record`, as the store applies a turn commit to a receipt.
+fn apply(record: &mut SessionRecord, commit: TurnCommit) {
+    let standing = commit.standing_context_sent
+        || record
+            .delivery
+            .as_ref()
+            .is_some_and(|d| d.standing_context_sent);
+    record.delivery = Some(DeliveryRecord {
+        standing_context_sent: standing,
+        delivered_event_ids: commit.delivered_event_ids,
+    });
+    if commit.turns.is_some() {
+        record.turns = commit.turns;
+    }
+    if commit.usage.is_some() {
+        record.usage = commit.usage;
+    }
+    if commit.handoff_delivered {
+        record.handoff = None;
+    }
+}
+
+/// Two turn commits of the same session as one.
+fn fold_commits(earlier: TurnCommit, later: TurnCommit) -> TurnCommit {
+    TurnCommit {
+        standing_context_sent: earlier.standing_context_sent || later.standing_context_sent,
+        turns: later.turns.or(earlier.turns),
+        usage: later.usage.or(earlier.usage),
+        handoff_delivered: earlier.handoff_delivered || later.handoff_delivered,
+        ..later
+    }
 }
 
 impl Write {
@@ -46,20 +78,28 @@ impl Write {
     /// `self` expects.
     pub fn then(self, later: Write) -> Write {
         let expect = self.expect.or(later.expect);
+        let decided = self.decided.min(later.decided);
         let target = match (self.target, later.target) {
-            // A ledger for the session being written goes into the written receipt; a ledger
-            // for any other session would be refused by the store, so it is dropped.
-            (Target::Record(mut record), Target::Ledger { session_id, ledger }) => {
-                if record.session_id == session_id {
-                    record.delivery = Some(ledger);
+            // A commit for the session being written goes into the written receipt; a commit for
+            // any other session would be refused by the store, so it is dropped.
+            (Target::Record(mut record), Target::Turn(commit)) => {
+                if record.session_id == commit.session_id {
+                    apply(&mut record, commit);
                 }
                 Target::Record(record)
             }
-            // A ledger for a receipt that will be gone is moot.
-            (Target::Absent, Target::Ledger { .. }) => Target::Absent,
+            (Target::Turn(earlier), Target::Turn(later)) if earlier.session_id == later.session_id => {
+                Target::Turn(fold_commits(earlier, later))
+            }
+            // A commit for a receipt that will be gone is moot.
+            (Target::Absent, Target::Turn(_)) => Target::Absent,
             (_, later) => later,
         };
-        Write { expect, target }
+        Write {
+            expect,
+            decided,
+            target,
+        }
     }
 }
 
@@ -68,8 +108,14 @@ impl Write {
 pub enum Entry<K> {
     /// A scope's folded writes.
     Scope(K, Write),
-    /// Forget every receipt of a channel.
-    Channel(String),
+    /// Forget every receipt of a channel (decided at the moment given).
+    Channel(String, Moment),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Key<K> {
+    Scope(K),
+    Channel(String, Moment),
 }
 
 /// The queue.
@@ -77,12 +123,6 @@ pub enum Entry<K> {
 pub struct WriteQueue<K> {
     order: VecDeque<Key<K>>,
     scopes: BTreeMap<K, Write>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Key<K> {
-    Scope(K),
-    Channel(String),
 }
 
 impl<K> Default for WriteQueue<K> {
@@ -110,7 +150,7 @@ impl<K: Scope> WriteQueue<K> {
 
     /// Queues the removal of every receipt of `channel`; the channel's waiting scope writes are
     /// superseded by it.
-    pub fn push_channel(&mut self, channel: String) {
+    pub fn push_channel(&mut self, channel: String, decided: Moment) {
         let gone: Vec<K> = self
             .scopes
             .keys()
@@ -122,9 +162,9 @@ impl<K: Scope> WriteQueue<K> {
         }
         self.order.retain(|key| match key {
             Key::Scope(k) => !gone.contains(k),
-            Key::Channel(_) => true,
+            Key::Channel(..) => true,
         });
-        self.order.push_back(Key::Channel(channel));
+        self.order.push_back(Key::Channel(channel, decided));
     }
 
     /// Takes the next entry to write.
@@ -135,7 +175,7 @@ impl<K: Scope> WriteQueue<K> {
                 let write = self.scopes.remove(&scope)?;
                 Entry::Scope(scope, write)
             }
-            Key::Channel(channel) => Entry::Channel(channel),
+            Key::Channel(channel, decided) => Entry::Channel(channel, decided),
         })
     }
 
@@ -154,7 +194,9 @@ impl<K: Scope> WriteQueue<K> {
                 self.order.push_front(Key::Scope(scope.clone()));
                 self.scopes.insert(scope, write);
             }
-            Entry::Channel(channel) => self.order.push_front(Key::Channel(channel)),
+            Entry::Channel(channel, decided) => {
+                self.order.push_front(Key::Channel(channel, decided));
+            }
         }
     }
 
@@ -181,29 +223,33 @@ mod tests {
     use super::*;
     use crate::testing::TestScope;
 
-    fn put(session: &str, expect: Expect) -> Write {
+    fn put(session: &str, expect: Expect, at: u64) -> Write {
         Write {
             expect: Some(expect),
+            decided: Moment(at),
             target: Target::Record(SessionRecord::new(session)),
         }
     }
 
-    fn ledger(session: &str, ids: &[&str]) -> Write {
+    fn commit(session: &str, ids: &[&str], turns: u32, at: u64) -> Write {
         Write {
             expect: None,
-            target: Target::Ledger {
+            decided: Moment(at),
+            target: Target::Turn(TurnCommit {
                 session_id: session.into(),
-                ledger: DeliveryRecord {
-                    standing_context_sent: false,
-                    delivered_event_ids: ids.iter().map(|s| s.to_string()).collect(),
-                },
-            },
+                delivered_event_ids: ids.iter().map(|s| s.to_string()).collect(),
+                standing_context_sent: false,
+                turns: Some(turns),
+                usage: None,
+                handoff_delivered: false,
+            }),
         }
     }
 
-    fn remove(expect: Expect) -> Write {
+    fn remove(expect: Expect, at: u64) -> Write {
         Write {
             expect: Some(expect),
+            decided: Moment(at),
             target: Target::Absent,
         }
     }
@@ -221,37 +267,48 @@ mod tests {
     #[test]
     fn writes_of_one_scope_fold_into_one_entry_under_the_first_condition() {
         let mut q = WriteQueue::default();
-        q.push(a(), put("s1", Expect::Absent));
-        q.push(a(), ledger("s1", &["e1"]));
-        q.push(a(), put("s2", Expect::Session("s1".into())));
-        q.push(a(), ledger("s2", &["e2"]));
-        q.push(a(), ledger("s-old", &["x"]));
+        q.push(a(), put("s1", Expect::Absent, 1));
+        q.push(a(), commit("s1", &["e1"], 1, 2));
+        q.push(a(), put("s2", Expect::Session("s1".into()), 3));
+        q.push(a(), commit("s2", &["e2"], 1, 4));
+        q.push(a(), commit("s-old", &["x"], 9, 5));
         assert_eq!(q.len(), 1);
         let Some(Entry::Scope(_, write)) = q.pop() else {
             panic!("one scope entry")
         };
         assert_eq!(write.expect, Some(Expect::Absent), "the store never saw s1");
+        assert_eq!(write.decided, Moment(1), "the earliest decision");
         let Target::Record(record) = write.target else {
             panic!("a receipt")
         };
         assert_eq!(record.session_id, "s2");
+        assert_eq!(record.turns, Some(1));
         let ids = record.delivery.unwrap().delivered_event_ids;
         assert_eq!(ids, ["e2"], "the ledger of s2 only");
     }
 
     #[test]
-    fn a_removal_wins_and_a_later_put_keeps_the_removals_condition() {
+    fn commits_of_one_session_fold_and_a_removal_wins() {
         let mut q = WriteQueue::default();
-        q.push(a(), ledger("s1", &["e1"]));
-        q.push(a(), remove(Expect::Session("s1".into())));
-        q.push(a(), ledger("s1", &["e2"]));
+        q.push(a(), commit("s1", &["e1"], 1, 1));
+        q.push(a(), commit("s1", &["e1", "e2"], 2, 2));
+        let Some(Entry::Scope(_, write)) = q.pop() else {
+            panic!()
+        };
+        let Target::Turn(c) = write.target else {
+            panic!()
+        };
+        assert_eq!((c.turns, c.delivered_event_ids.len()), (Some(2), 2));
+        q.push(a(), commit("s1", &["e1"], 1, 3));
+        q.push(a(), remove(Expect::Session("s1".into()), 4));
+        q.push(a(), commit("s1", &["e2"], 2, 5));
         let Some(Entry::Scope(_, write)) = q.pop() else {
             panic!()
         };
         assert_eq!(write.target, Target::Absent);
         assert_eq!(write.expect, Some(Expect::Session("s1".into())));
-        q.push(a(), remove(Expect::Session("s1".into())));
-        q.push(a(), put("s2", Expect::Absent));
+        q.push(a(), remove(Expect::Session("s1".into()), 6));
+        q.push(a(), put("s2", Expect::Absent, 7));
         let Some(Entry::Scope(_, write)) = q.pop() else {
             panic!()
         };
@@ -262,18 +319,18 @@ mod tests {
     #[test]
     fn a_channel_removal_supersedes_that_channels_waiting_writes_and_keeps_its_place() {
         let mut q = WriteQueue::default();
-        q.push(a(), put("sa", Expect::Absent));
-        q.push(c(), put("sc", Expect::Absent));
-        q.push(b(), put("sb", Expect::Absent));
-        q.push_channel("c1".into());
-        q.push(a(), put("sa2", Expect::Absent));
+        q.push(a(), put("sa", Expect::Absent, 1));
+        q.push(c(), put("sc", Expect::Absent, 2));
+        q.push(b(), put("sb", Expect::Absent, 3));
+        q.push_channel("c1".into(), Moment(4));
+        q.push(a(), put("sa2", Expect::Absent, 5));
         let order: Vec<String> = std::iter::from_fn(|| q.pop())
             .map(|e| match e {
                 Entry::Scope(k, Write { target: Target::Record(r), .. }) => {
                     format!("{}:{}", k.root.unwrap_or_default(), r.session_id)
                 }
                 Entry::Scope(k, _) => format!("{k:?}"),
-                Entry::Channel(ch) => format!("channel {ch}"),
+                Entry::Channel(ch, _) => format!("channel {ch}"),
             })
             .collect();
         assert_eq!(order, ["c:sc", "channel c1", "a:sa2"]);
@@ -282,10 +339,10 @@ mod tests {
     #[test]
     fn a_failed_write_goes_back_in_front_with_later_writes_folded_behind_it() {
         let mut q = WriteQueue::default();
-        q.push(a(), put("s1", Expect::Absent));
-        q.push(b(), put("sb", Expect::Absent));
+        q.push(a(), put("s1", Expect::Absent, 1));
+        q.push(b(), put("sb", Expect::Absent, 2));
         let failed = q.pop().unwrap();
-        q.push(a(), ledger("s1", &["e1"]));
+        q.push(a(), commit("s1", &["e1"], 1, 3));
         q.push_front(failed);
         assert_eq!(q.len(), 2);
         let Some(Entry::Scope(scope, write)) = q.pop() else {

@@ -17,15 +17,14 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::error::StoreError;
-use crate::key::KeyScheme;
+use crate::key::{KeyScheme, StoreScope};
 use crate::migrate::{self, Migration};
 use crate::pg::PgStore;
 use crate::receipt_store::{ReceiptStore, UnixMillis};
 use crate::sqlite::{self, SqliteStore};
-use crate::store::StoreScope;
 
 /// Default least-recently-used cap per (relay, agent key). A receipt with a full ledger takes
-/// about 1.6 KB on disk (measured, docs/STORE.md), so the default bounds a scope to roughly
+/// about 1.6 KB on disk (measured, see docs/STORE.md), so the default bounds a scope to roughly
 /// 80 MB, while a thread is only forgotten after 50,000 other threads were active since it was.
 pub const DEFAULT_MAX_RECEIPTS: usize = 50_000;
 
@@ -261,6 +260,60 @@ pub fn open_with_report(config: &StoreConfig, now: UnixMillis) -> Result<Opened,
         Ok(Migration::NoLegacyFile | Migration::Imported { .. }) => {}
     }
     Ok(Opened { store, migration })
+}
+
+/// How an operator's tool opens a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Reads only: the store must exist; no schema migration, no registration, no JSON import.
+    ReadOnly,
+    /// Reads and writes: the schema is created or migrated as the harness would, but no JSON
+    /// file is imported (that is the harness's job at its start).
+    ReadWrite,
+}
+
+/// Opens the store of `scope` on `backend` for an operator's tool (never imports a JSON file).
+///
+/// # Errors
+/// [`StoreError::NotFound`] for a read-only open of a store that does not exist; otherwise what
+/// prevented the backend from opening.
+pub fn open_backend(
+    backend: &Backend,
+    scope: StoreScope,
+    scheme: KeyScheme,
+    max_receipts: usize,
+    mode: OpenMode,
+) -> Result<Box<dyn ReceiptStore>, StoreError> {
+    Ok(match (backend, mode) {
+        (Backend::Sqlite { path }, OpenMode::ReadOnly) => {
+            Box::new(SqliteStore::open_read_only(path, scope, scheme)?)
+        }
+        (Backend::Sqlite { path }, OpenMode::ReadWrite) => {
+            if !path.exists() {
+                return Err(StoreError::NotFound {
+                    location: path.display().to_string(),
+                });
+            }
+            Box::new(SqliteStore::open(path, scope, scheme, max_receipts)?)
+        }
+        (Backend::Postgres { url }, OpenMode::ReadOnly) => {
+            Box::new(PgStore::open_read_only(url, scope, scheme)?)
+        }
+        (Backend::Postgres { url }, OpenMode::ReadWrite) => {
+            Box::new(PgStore::open(url, scope, scheme, max_receipts)?)
+        }
+    })
+}
+
+/// Every store scope registered on `backend`, with its receipt count (read-only).
+///
+/// # Errors
+/// As [`open_backend`] read-only.
+pub fn store_scopes(backend: &Backend) -> Result<Vec<(StoreScope, usize)>, StoreError> {
+    match backend {
+        Backend::Sqlite { path } => SqliteStore::scopes_at(path),
+        Backend::Postgres { url } => PgStore::scopes_at(url),
+    }
 }
 
 #[cfg(test)]

@@ -1,16 +1,13 @@
 //! The store used when resume is switched off (`--no-resume-sessions`): it remembers nothing and
 //! says so on every write, so a caller never mistakes "not written" for "written".
 
-use std::collections::HashSet;
-
 use crate::error::StoreError;
-use crate::key::{KeyScheme, ScopeKey};
+use crate::key::{KeyScheme, ScopeKey, StoreScope};
 use crate::receipt_store::{
-    BackendKind, ChannelRemoval, CommitOutcome, ImportOutcome, PutOutcome, ReceiptStore, Removal,
-    StoredReceipt, UnixMillis, WriteRefusal,
+    BackendKind, ChannelRemoval, CommitOutcome, Expect, ForgetOutcome, ImportOutcome, PutOutcome,
+    ReceiptStore, Removal, StoredReceipt, TurnCommit, UnixMillis, WriteRefusal,
 };
 use crate::record::SessionRecord;
-use crate::store::StoreScope;
 
 /// A store that holds no receipt and writes nothing.
 #[derive(Debug, Clone)]
@@ -49,40 +46,43 @@ impl ReceiptStore for DisabledStore {
         &self,
         _key: &ScopeKey,
         _record: &SessionRecord,
+        _expect: &Expect,
         _now: UnixMillis,
     ) -> Result<PutOutcome, StoreError> {
         Ok(PutOutcome::NotWritable(WriteRefusal::Disabled))
     }
 
-    fn remove(&self, _key: &ScopeKey) -> Result<Removal, StoreError> {
-        Ok(Removal::NotWritable(WriteRefusal::Disabled))
-    }
-
-    fn remove_if_session(&self, _key: &ScopeKey, _session_id: &str) -> Result<Removal, StoreError> {
-        Ok(Removal::NotWritable(WriteRefusal::Disabled))
-    }
-
-    fn remove_channel(&self, _channel_id: &str) -> Result<ChannelRemoval, StoreError> {
-        Ok(ChannelRemoval::NotWritable(WriteRefusal::Disabled))
-    }
-
-    fn commit_delivery(
+    fn commit_turn(
         &self,
         _key: &ScopeKey,
-        _session_id: &str,
-        _standing_sent: bool,
-        _new_ids: &[String],
-        _live_window: &HashSet<String>,
+        _commit: &TurnCommit,
         _now: UnixMillis,
     ) -> Result<CommitOutcome, StoreError> {
         Ok(CommitOutcome::NotWritable(WriteRefusal::Disabled))
     }
 
-    fn import(
+    fn remove(&self, _key: &ScopeKey, _expect: &Expect) -> Result<Removal, StoreError> {
+        Ok(Removal::NotWritable(WriteRefusal::Disabled))
+    }
+
+    fn remove_channel(
         &self,
-        _records: &[(ScopeKey, SessionRecord)],
+        _channel_id: &str,
         _now: UnixMillis,
-    ) -> Result<ImportOutcome, StoreError> {
+    ) -> Result<ChannelRemoval, StoreError> {
+        Ok(ChannelRemoval::NotWritable(WriteRefusal::Disabled))
+    }
+
+    fn forget(
+        &self,
+        _key: &ScopeKey,
+        _expect: &Expect,
+        _now: UnixMillis,
+    ) -> Result<ForgetOutcome, StoreError> {
+        Ok(ForgetOutcome::NotWritable(WriteRefusal::Disabled))
+    }
+
+    fn import(&self, _receipts: &[StoredReceipt]) -> Result<ImportOutcome, StoreError> {
         Ok(ImportOutcome::NotWritable(WriteRefusal::Disabled))
     }
 
@@ -114,35 +114,47 @@ mod tests {
         ));
         let key = ScopeKey::conversation("0b9f3a52-6c1e-4d2a-9f00-1234567890ab");
         let refused = WriteRefusal::Disabled;
+        let now = UnixMillis(1);
         assert_eq!(
             store
-                .put(&key, &SessionRecord::new("s"), UnixMillis(1))
+                .put(&key, &SessionRecord::new("s"), &Expect::Absent, now)
                 .unwrap(),
             PutOutcome::NotWritable(refused.clone())
         );
         assert_eq!(store.get(&key).unwrap(), None);
+        let commit = TurnCommit {
+            session_id: "s".into(),
+            delivered_event_ids: Vec::new(),
+            standing_context_sent: true,
+            turns: Some(1),
+            usage: None,
+            handoff_delivered: false,
+        };
         assert_eq!(
-            store
-                .commit_delivery(&key, "s", true, &[], &HashSet::new(), UnixMillis(2))
-                .unwrap(),
+            store.commit_turn(&key, &commit, now).unwrap(),
             CommitOutcome::NotWritable(refused.clone())
         );
         assert_eq!(
-            store.remove(&key).unwrap(),
+            store.remove(&key, &Expect::Session("s".into())).unwrap(),
             Removal::NotWritable(refused.clone())
         );
         assert_eq!(
-            store.remove_if_session(&key, "s").unwrap(),
-            Removal::NotWritable(refused.clone())
-        );
-        assert_eq!(
-            store.remove_channel(key.channel_id()).unwrap(),
+            store.remove_channel(key.channel_id(), now).unwrap(),
             ChannelRemoval::NotWritable(refused.clone())
         );
         assert_eq!(
             store
-                .import(&[(key, SessionRecord::new("s"))], UnixMillis(3))
+                .forget(&key, &Expect::NotWrittenSince(now), now)
                 .unwrap(),
+            ForgetOutcome::NotWritable(refused.clone())
+        );
+        let receipt = StoredReceipt {
+            key,
+            record: SessionRecord::new("s"),
+            last_used: now,
+        };
+        assert_eq!(
+            store.import(&[receipt]).unwrap(),
             ImportOutcome::NotWritable(refused)
         );
         assert!(store.receipts().unwrap().is_empty());

@@ -21,8 +21,8 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
-    /// The document could not be serialised.
-    #[error("session store: encoding the store file: {0}")]
+    /// A receipt's ledger or extension could not be encoded.
+    #[error("session store: encoding a receipt: {0}")]
     Encode(#[from] serde_json::Error),
     /// The key or record could never be read back, so it is not written (caller bug).
     #[error("session store: refusing to store {key:?}: {reason}")]
@@ -31,16 +31,6 @@ pub enum StoreError {
         key: String,
         /// What is wrong with it.
         reason: String,
-    },
-    /// Even without any delivery ledgers the JSON file would exceed its size cap.
-    #[error("session store: {} would grow to {bytes} bytes, over the {limit}-byte cap", path.display())]
-    TooLarge {
-        /// The store file.
-        path: PathBuf,
-        /// Encoded size of the document that was not written.
-        bytes: usize,
-        /// The cap.
-        limit: usize,
     },
     /// An SQLite call failed (busy beyond the timeout, disk full, not a database, …).
     #[error("session store: {op} on SQLite database {}: {source}", path.display())]
@@ -54,15 +44,15 @@ pub enum StoreError {
         source: rusqlite::Error,
     },
     /// A PostgreSQL call failed (connection refused, statement timeout, …).
-    #[error("session store: {op} on PostgreSQL {target}: {source}")]
+    #[error("session store: {op} on PostgreSQL {target}: {}", with_causes(source))]
     Postgres {
         /// The server and database, without credentials.
         target: String,
         /// What was being done, e.g. "connect", "commit_delivery".
         op: &'static str,
-        /// The underlying error.
+        /// The underlying error (its text names a TLS certificate problem, if that was it).
         #[source]
-        source: postgres::Error,
+        source: tokio_postgres::Error,
     },
     /// The PostgreSQL connection thread did not answer in time or has stopped. For a write, whether
     /// it happened is unknown.
@@ -84,6 +74,12 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: String,
     },
+    /// There is no receipt store where one was expected (a read-only open never creates one).
+    #[error("session store: no receipt store at {location}")]
+    NotFound {
+        /// Where it was looked for, without credentials.
+        location: String,
+    },
     /// The database was created or migrated by a newer harness; this one does not touch it.
     #[error(
         "session store: {location} has schema version {found}, newer than this harness supports ({supported}); not using it"
@@ -102,4 +98,17 @@ pub enum StoreError {
         /// What is wrong, naming the offending value.
         reason: String,
     },
+}
+
+/// An error and its causes, `: `-separated: `tokio-postgres` keeps the reason (a certificate
+/// problem, the server's message) in the cause, not in its own text.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
 }

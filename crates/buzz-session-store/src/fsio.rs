@@ -1,23 +1,20 @@
-//! File-system primitives for a state file in operator-chosen storage (#6088 item 5, #2633 item 16).
+//! File-system primitives for state files in operator-chosen storage.
 //!
-//! Everything that touches the disk lives here, so the safety rules are in one place:
-//! * reads never follow a symlink at the store path and never read more than the cap + 1 bytes;
-//! * writers serialise on an exclusive lock of a sibling lock file (opened without following
-//!   symlinks), bounded in time so a wedged peer cannot block a turn;
-//! * a write goes to a unique `create_new` temp file in the same directory (a pre-placed symlink
-//!   cannot redirect it), is fsynced, renamed over the store (which replaces a symlink itself,
-//!   never its target) and the directory is fsynced; a failed write or rename removes the temp;
+//! Everything that touches the disk outside SQLite lives here, so the safety rules are in one place:
+//! * reads never follow a symlink at the path and never read more than the cap + 1 bytes;
+//! * the old JSON store's writers' lock is taken on a sibling lock file (opened without following
+//!   symlinks), bounded in time so a wedged peer cannot block the start;
+//! * a file that cannot be used is moved aside, never deleted;
 //! * files are created 0600 and a missing directory 0700 (an existing one is left as it is).
 
 use std::fs::{self, DirBuilder, File, OpenOptions, TryLockError};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::store::StoreError;
+use crate::error::StoreError;
 
 /// What reading the store path found, before any parsing.
 #[derive(Debug)]
@@ -116,61 +113,6 @@ pub(crate) fn lock(path: &Path, timeout: Duration) -> Result<LockGuard, StoreErr
     }
 }
 
-/// Distinguishes temp files of concurrent writers inside one process.
-static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
-
-/// Replaces `path` atomically with `bytes` (temp file, fsync, rename, fsync directory).
-///
-/// Readers see the old or the new file, never a partial one, and a crash leaves at most a stray
-/// temp file, never a truncated store.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let dir = parent_dir(path);
-    let (tmp_path, mut tmp) = create_temp(path)?;
-    let written = tmp
-        .write_all(bytes)
-        .and_then(|()| tmp.sync_all())
-        .map_err(|source| io_error(&tmp_path, "write temp file", source));
-    drop(tmp);
-    let renamed = written.and_then(|()| {
-        fs::rename(&tmp_path, path)
-            .map_err(|source| io_error(path, "rename temp file over", source))
-    });
-    if let Err(e) = renamed {
-        if let Err(cleanup) = fs::remove_file(&tmp_path) {
-            tracing::warn!(path = %tmp_path.display(), error = %cleanup, "session store: could not remove temp file");
-        }
-        return Err(e);
-    }
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|source| io_error(dir, "sync directory", source))
-}
-
-/// A new, exclusively created 0600 temp file next to `path`.
-fn create_temp(path: &Path) -> Result<(PathBuf, File), StoreError> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let mut attempt = 0;
-    loop {
-        let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
-        let tmp_path = path.with_file_name(format!("{name}.tmp-{}-{seq}", std::process::id()));
-        let opened = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp_path);
-        match opened {
-            Ok(file) => return Ok((tmp_path, file)),
-            // A leftover from a crashed process with a recycled pid: pick the next name.
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt < 16 => attempt += 1,
-            Err(source) => return Err(io_error(&tmp_path, "create temp file", source)),
-        }
-    }
-}
-
 /// Moves an unreadable store file aside as `<file>.corrupt-<unix seconds>[-n]` and returns the new
 /// path, so replacing it loses nothing an operator might want to recover.
 pub(crate) fn quarantine(path: &Path) -> Result<PathBuf, StoreError> {
@@ -202,13 +144,6 @@ pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-fn parent_dir(path: &Path) -> &Path {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    }
-}
-
 pub(crate) fn io_error(path: &Path, op: &'static str, source: io::Error) -> StoreError {
     StoreError::Io {
         path: path.to_path_buf(),
@@ -221,48 +156,6 @@ pub(crate) fn io_error(path: &Path, op: &'static str, source: io::Error) -> Stor
 mod tests {
     use super::*;
     use std::os::unix::fs::{PermissionsExt, symlink};
-
-    fn names(dir: &Path) -> Vec<String> {
-        let mut names: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    }
-
-    #[test]
-    fn a_failed_rename_removes_the_temp_file() {
-        let dir = tempfile::tempdir().unwrap();
-        // A non-empty directory at the target makes rename(2) fail after the temp was written.
-        let target = dir.path().join("store.json");
-        fs::create_dir(&target).unwrap();
-        fs::write(target.join("keep"), b"x").unwrap();
-        let err = write_atomic(&target, b"{}").unwrap_err();
-        assert!(
-            matches!(
-                err,
-                StoreError::Io {
-                    op: "rename temp file over",
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
-        assert_eq!(names(dir.path()), ["store.json"]);
-    }
-
-    #[test]
-    fn written_files_are_owner_only_and_no_temp_is_left() {
-        let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("store.json");
-        write_atomic(&target, b"one").unwrap();
-        write_atomic(&target, b"two").unwrap();
-        assert_eq!(fs::read(&target).unwrap(), b"two");
-        let mode = fs::metadata(&target).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-        assert_eq!(names(dir.path()), ["store.json"]);
-    }
 
     #[test]
     fn reads_are_capped_and_refuse_symlinks_and_non_files() {

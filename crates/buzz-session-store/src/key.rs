@@ -4,11 +4,28 @@
 //! crate, not the other way round): a whole channel (`Conversation`) or one canonical NIP-10 thread
 //! (`Thread`). The channel stays the authorization boundary, so every key carries it.
 //!
-//! [`KeyScheme`] decides how finely receipts are keyed. `Channel` is the faithful port of upstream
-//! PR #6088 (one receipt per channel, file format 1); `Scope` is the fork's extension that follows
-//! the session scope (#6990 item 10: thread-scoped goals must survive restarts too, format 2).
+//! [`KeyScheme`] decides how finely receipts are keyed. `Channel` is the faithful port of the
+//! upstream pull request (one receipt per channel, file format 1); `Scope` is the fork's extension that follows
+//! the session scope (threads of one channel resume their own sessions, format 2).
+//!
+//! [`StoreScope`] is the outer part of every key: whose receipts these are (a relay and an agent
+//! key). Every row of every backend is keyed by it, so two relays or two agents can share one
+//! database without seeing each other's receipts.
 
 use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Whose receipts a store holds. `session/load` sends only an opaque id, so a receipt written for
+/// another relay (community) or agent key must never be used, even if a channel UUID collides.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StoreScope {
+    /// The relay's identity, compared exactly (callers pass one canonical spelling).
+    pub relay: String,
+    /// The agent's public key.
+    pub agent_pubkey: String,
+}
 
 /// The key of one stored receipt: a channel conversation or one thread inside a channel.
 ///

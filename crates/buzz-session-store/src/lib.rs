@@ -1,72 +1,78 @@
 //! Durable session receipts for the buzz-acp fork.
 //!
 //! Upstream buzz-acp only ever calls `session/new`, so every live session dies when the worker pool
-//! sleeps or the process restarts (#5342, #6381). A receipt records which agent session served a
-//! scope, so the harness can reopen it instead. This crate is the durable half: what a receipt is
-//! and where it lives. When a receipt is written, read, kept or removed is decided by the session
-//! lifecycle (crate `buzz-session-lifecycle`), which calls the store from the harness's event loop.
+//! sleeps or the process restarts. A receipt records which agent session served a scope (a channel
+//! conversation or one thread of it), so the harness can reopen it instead (`session/load` or
+//! `session/resume`). This crate is the durable half: what a receipt is and where it lives. When a
+//! receipt is written, read, kept or removed is decided by the session lifecycle (crate
+//! `buzz-session-lifecycle`), which calls the store from a worker of its own, off the harness's
+//! event loop.
 //!
 //! | module | job |
 //! |---|---|
-//! | [`key`] | [`ScopeKey`] (channel or thread) and [`KeyScheme`] (per channel as upstream #6088, or per scope) |
-//! | [`record`] | [`SessionRecord`]: session id, applied and requested configuration, delivery ledger |
-//! | [`receipt_store`] | [`ReceiptStore`]: the store interface (sync, object-safe) and its typed outcomes |
+//! | [`key`] | [`StoreScope`] (relay, agent key), [`ScopeKey`] (channel or thread) and [`KeyScheme`] |
+//! | [`record`] | [`SessionRecord`]: session id, configuration, ledger, turns, usage, handoff, retirement |
+//! | [`receipt_store`] | [`ReceiptStore`]: the store interface (sync, object-safe), [`Expect`] and the typed outcomes |
 //! | [`sqlite`] | [`SqliteStore`]: the embedded default, one row per receipt in `<state-dir>/sessions.sqlite3` |
-//! | [`pg`] | [`PgStore`]: PostgreSQL, shared by harnesses on several machines |
+//! | [`pg`] | [`PgStore`]: PostgreSQL, shared by harnesses on several machines, with client-side deadlines |
+//! | [`pg_tls`] | how a PostgreSQL URL is read, and TLS with libpq's `sslmode` meanings |
 //! | [`disabled`] | [`DisabledStore`]: resume switched off; every write says it was not written |
-//! | [`config`] | [`StoreArgs`] (flags), [`StoreConfig`] and [`open`]: choose, open, import the old JSON file |
-//! | [`migrate`] | the one-time import of a JSON store (format 1 or 2), kept as a backup |
+//! | [`config`] | [`StoreArgs`] (flags), [`StoreConfig`] and [`open`]; [`open_backend`] for operators' tools |
+//! | [`migrate`] | the one-time import of the old JSON file, kept as a backup |
 //! | [`error`] | [`StoreError`], shared by every store |
-//! | [`store`] | [`SessionStore`]: the old locked, atomic, owner-only JSON file, read by the import (and measured by the benchmark) |
-//! | [`delivery`] | [`bound_delivered`]: keep the persisted delivery ledger small |
 //!
-//! Receipts hold only ids, model and permission-mode names and event ids: never prompts, message
-//! text or key material. Heartbeat sessions are never stored ([`ScopeKey`] has no heartbeat
-//! variant): they are ephemeral by design (#2633 item 17).
+//! Private: `row` (the functional core of the SQL backends: rows, conditions, merges), `schema`
+//! (the schema line and its additive revisions), `legacy` (the old JSON format, decode only),
+//! `fsio` (file-system primitives).
+//!
+//! Receipts hold ids, configuration names, event ids and counters, plus one bounded piece of model
+//! text: the handoff a retired session leaves its successor ([`MAX_HANDOFF_TEXT_BYTES`]). Never
+//! prompts, replies or key material. Heartbeat sessions are never stored ([`ScopeKey`] has no
+//! heartbeat variant).
 //!
 //! The state directory must be on persistent storage (a mounted volume on an ephemeral pod), or
-//! the receipts die with the container exactly like the live sessions did (#6088 item 6).
+//! the receipts die with the container exactly like the live sessions did.
 //!
 //! The store is an optimisation: no store problem may prevent a turn. A [`ReceiptStore`] read
 //! returns `Ok(None)` for "no receipt" and an `Err` when the store could not be asked; every write
-//! returns a typed outcome (written, unchanged, refused by the stale-commit guard, no receipt,
-//! not writable) or a [`StoreError`] that the caller logs and carries on from. Calls block briefly
-//! (one transaction; at most a few seconds waiting for another writer or the server) and never
-//! enter the caller's async runtime, so the event loop may call them directly. See
-//! `docs/STORE.md` for the backends, the migration and the measurements.
+//! is conditional ([`Expect`]) and returns a typed outcome (written, unchanged, conflict, forgotten,
+//! not writable) or a [`StoreError`] that the caller logs and carries on from. Calls block for a
+//! bounded time and never enter the caller's async runtime. See `docs/STORE.md` for the backends,
+//! the schema revisions, TLS and the measurements.
 
 pub mod config;
-pub mod delivery;
 pub mod disabled;
 pub mod error;
 pub mod key;
 pub mod migrate;
 pub mod pg;
+pub mod pg_tls;
 pub mod receipt_store;
 pub mod record;
 pub mod sqlite;
-pub mod store;
 
-mod format;
 mod fsio;
+mod legacy;
 mod row;
-
-#[cfg(test)]
-mod test_support;
+mod schema;
 
 pub use config::{
-    Backend, DEFAULT_MAX_RECEIPTS, Opened, StoreArgs, StoreConfig, open, open_with_report,
+    Backend, DEFAULT_MAX_RECEIPTS, OpenMode, Opened, StoreArgs, StoreConfig, open, open_backend,
+    open_with_report, store_scopes,
 };
-pub use delivery::{MAX_DELIVERED_IDS_PER_SCOPE, bound_delivered};
 pub use disabled::DisabledStore;
 pub use error::StoreError;
-pub use key::{KeyError, KeyScheme, ScopeKey};
+pub use key::{KeyError, KeyScheme, ScopeKey, StoreScope};
 pub use migrate::Migration;
-pub use pg::PgStore;
+pub use pg::{DEFAULT_CALL_TIMEOUT, PgOptions, PgStore};
+pub use pg_tls::{RootSource, TlsMode};
 pub use receipt_store::{
-    BackendKind, ChannelRemoval, CommitOutcome, ImportOutcome, PutOutcome, ReceiptStore, Removal,
-    StoredReceipt, UnixMillis, WriteRefusal,
+    BackendKind, ChannelRemoval, CommitOutcome, Expect, ForgetOutcome, ImportOutcome, PutOutcome,
+    ReceiptStore, Removal, StoredReceipt, TurnCommit, UnixMillis, WriteRefusal,
 };
-pub use record::{DeliveryRecord, SessionRecord};
+pub use record::{
+    DeliveryRecord, Handoff, MAX_HANDOFF_TEXT_BYTES, MAX_LEDGER_IDS, MAX_REASON_BYTES, Retirement,
+    SessionRecord, Usage,
+};
+pub use row::TOMBSTONE_RETENTION;
 pub use sqlite::SqliteStore;
-pub use store::{MAX_STORE_BYTES, SessionStore, StoreScope, StoreStatus};

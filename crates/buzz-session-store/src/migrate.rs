@@ -1,7 +1,7 @@
 //! Importing the old JSON receipt file into a store, once.
 //!
 //! The JSON store kept `<state_dir>/sessions-<agent_pubkey>.json` (format 1: per channel, format
-//! 2: per scope). On open, a store imports that file if it is ours (same relay and agent key, a
+//! 2: per scope). On open, the harness's store imports that file if it is ours (same relay and agent key, a
 //! format the scheme reads), inserting only receipts for keys the store does not have yet (a
 //! shared database may already hold newer ones), and then renames the file to
 //! `sessions-<agent_pubkey>.json.migrated` as the backup. The rename is what makes the import
@@ -16,11 +16,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::StoreError;
-use crate::format::{self, Problem};
 use crate::fsio::{self, Raw};
-use crate::key::KeyScheme;
-use crate::receipt_store::{ImportOutcome, ReceiptStore, UnixMillis};
-use crate::store::{MAX_STORE_BYTES, StoreScope, json_store_paths};
+use crate::key::{KeyScheme, StoreScope};
+use crate::legacy::{self, MAX_STORE_BYTES, Problem, json_store_paths};
+use crate::receipt_store::{ImportOutcome, ReceiptStore, StoredReceipt, UnixMillis};
 
 /// How long the import waits for an old harness's writer lock.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -84,7 +83,7 @@ pub fn import_json_store(
         Raw::Symlink => return Ok(skipped("a symlink (not followed)".into())),
         Raw::Unreadable(e) => return Ok(skipped(format!("unreadable: {e}"))),
     };
-    let decoded = match format::decode(&bytes, scope, scheme) {
+    let decoded = match legacy::decode(&bytes, scope, scheme) {
         Ok(decoded) => decoded,
         Err(Problem::Malformed(e)) => return Ok(skipped(format!("malformed: {e}"))),
         Err(Problem::Future { version }) => {
@@ -99,8 +98,19 @@ pub fn import_json_store(
             )));
         }
     };
-    let records: Vec<_> = decoded.sessions.into_iter().collect();
-    let outcome = store.import(&records, now)?;
+    for dropped in &decoded.dropped {
+        tracing::warn!(path = %path.display(), entry = %dropped, "session store: an entry of the old JSON receipt file is not imported");
+    }
+    let receipts: Vec<StoredReceipt> = decoded
+        .sessions
+        .into_iter()
+        .map(|(key, record)| StoredReceipt {
+            key,
+            record,
+            last_used: now,
+        })
+        .collect();
+    let outcome = store.import(&receipts)?;
     let backup = backup_path(&path);
     fs::rename(&path, &backup)
         .map_err(|source| fsio::io_error(&path, "rename the imported JSON store to", source))?;

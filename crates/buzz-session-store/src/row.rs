@@ -1,22 +1,38 @@
 //! The functional core shared by the SQL backends: one receipt as one row, the checks a write
-//! must pass, and the stale-commit decision. No I/O here, so every rule is tested once and both
+//! must pass, and every conditional decision. No I/O here, so every rule is tested once and both
 //! backends agree by construction.
 //!
 //! ```text
 //! buzz_receipts(scope_id, scope_key, session_id, model, permission_mode, requested_model,
-//!               requested_permission_mode, standing_context_sent, delivered_event_ids, last_used_ms)
+//!               requested_permission_mode, standing_context_sent, delivered_event_ids,
+//!               last_used_ms, ext)
+//! buzz_receipt_forgets(scope_id, scope_key, forgotten_ms)          the tombstones
 //! ```
 //!
 //! `delivered_event_ids` is a JSON array of strings, or NULL when the receipt has no delivery
-//! ledger yet (`standing_context_sent` is then false and ignored).
+//! ledger yet (`standing_context_sent` is then false and ignored). `ext` holds the fields added in
+//! schema revision 1 (turns, usage, handoff, retirement) as a JSON object that names the session
+//! it belongs to ([`Ext::session_id`]): a harness that predates the revision rewrites the other
+//! columns and leaves `ext` as it was, and the binding is what stops those stale values from being
+//! read as the new session's.
 
-use std::collections::HashSet;
+use std::time::Duration;
 
-use crate::delivery::bound_delivered;
+use serde::{Deserialize, Serialize};
+
 use crate::error::StoreError;
 use crate::key::{KeyScheme, ScopeKey};
-use crate::receipt_store::{CommitOutcome, Removal, StoredReceipt, UnixMillis};
-use crate::record::{DeliveryRecord, SessionRecord};
+use crate::receipt_store::{
+    CommitOutcome, Expect, ForgetOutcome, PutOutcome, Removal, StoredReceipt, TurnCommit,
+    UnixMillis,
+};
+use crate::record::{self, DeliveryRecord, Handoff, Retirement, SessionRecord, Usage};
+
+/// How long a tombstone is kept. A queued write older than its tombstone is refused only while the
+/// tombstone exists, so this must outlast any write queue: the harness's worker gives up on a
+/// queued write long before (its replay follows an outage of minutes or hours, not weeks).
+/// Tombstones are a few dozen bytes each and there is one per forgotten scope at most.
+pub const TOMBSTONE_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
 /// One receipt in column form.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +46,69 @@ pub(crate) struct Row {
     pub(crate) standing_context_sent: bool,
     pub(crate) delivered_event_ids: Option<String>,
     pub(crate) last_used_ms: i64,
+    pub(crate) ext: Option<String>,
+}
+
+/// The `ext` column: the fields of schema revision 1, bound to the session they belong to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Ext {
+    /// The session these fields describe; a row that names another session reads them as unknown.
+    pub(crate) session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) turns: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) usage: Option<Usage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) handoff: Option<Handoff>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) retired: Option<Retirement>,
+}
+
+impl Ext {
+    /// The fields of `record`, bound to its session.
+    fn of(record: &SessionRecord) -> Self {
+        Self {
+            session_id: record.session_id.clone(),
+            turns: record.turns,
+            usage: record.usage,
+            handoff: record.handoff.clone(),
+            retired: record.retired.clone(),
+        }
+    }
+
+    /// The column value: `None` (NULL) when every field is unknown.
+    fn encode(&self) -> Result<Option<String>, StoreError> {
+        let empty = self.turns.is_none()
+            && self.usage.is_none()
+            && self.handoff.is_none()
+            && self.retired.is_none();
+        if empty {
+            return Ok(None);
+        }
+        Ok(Some(serde_json::to_string(self)?))
+    }
+
+    /// The fields stored in `column` for the row of `key` naming `session_id`; all unknown when
+    /// the column is NULL or was written for another session.
+    fn decode(column: Option<&str>, key: &str, session_id: &str) -> Result<Self, StoreError> {
+        let unknown = Self {
+            session_id: session_id.to_owned(),
+            ..Self::default()
+        };
+        let Some(text) = column else {
+            return Ok(unknown);
+        };
+        let ext: Self = serde_json::from_str(text).map_err(|e| StoreError::CorruptRow {
+            key: key.to_owned(),
+            reason: format!("ext is not a receipt extension: {e}"),
+        })?;
+        Ok(if ext.session_id == session_id {
+            ext
+        } else {
+            unknown
+        })
+    }
 }
 
 /// The ledger columns of a row.
@@ -72,55 +151,38 @@ impl LedgerColumns {
     }
 }
 
-/// Refuses a key or record that could never be read back: one rule for every store, the SQL
-/// backends and the old JSON file alike. `key` is already mapped by the store's scheme.
-pub(crate) fn check_put(key: &ScopeKey, record: &SessionRecord) -> Result<(), StoreError> {
-    if let Err(e) = key.validate() {
-        return Err(StoreError::Invalid {
-            key: key.to_storage_key(),
-            reason: e.to_string(),
-        });
-    }
-    if record.session_id.trim().is_empty() {
-        return Err(StoreError::Invalid {
-            key: key.to_storage_key(),
-            reason: "empty session id".into(),
-        });
-    }
-    Ok(())
+/// Refuses a key that could never be read back: one rule for every backend. `key` is already
+/// mapped by the store's scheme.
+pub(crate) fn check_key(key: &ScopeKey) -> Result<(), StoreError> {
+    key.validate().map_err(|e| StoreError::Invalid {
+        key: key.to_storage_key(),
+        reason: e.to_string(),
+    })
 }
 
-/// Checks a `put` and returns the key as stored and the record in the form written.
-pub(crate) fn prepare_put(
-    scheme: KeyScheme,
-    key: &ScopeKey,
-    record: &SessionRecord,
-) -> Result<(ScopeKey, SessionRecord), StoreError> {
-    let key = scheme.map(key);
-    check_put(&key, record)?;
-    Ok((key, record.clone().normalized()))
-}
-
-/// The row a `put` writes: checked and mapped (see [`prepare_put`]), used `now`.
+/// Checks a `put` and returns the row it writes: mapped by the scheme, normalized, last written
+/// `now`.
 pub(crate) fn put_row(
     scheme: KeyScheme,
     key: &ScopeKey,
     record: &SessionRecord,
     now: UnixMillis,
 ) -> Result<Row, StoreError> {
-    let (key, record) = prepare_put(scheme, key, record)?;
-    Row::from_record(&key, &record, now)
+    let key = scheme.map(key);
+    check_key(&key)?;
+    record.check(&key.to_storage_key())?;
+    Row::from_record(&key, &record.clone().normalized(), now)
 }
 
-/// The rows an `import` writes: each record checked and mapped as a `put` would be, used `now`.
-pub(crate) fn prepare_import(
+/// The rows an `import` writes: each receipt checked and mapped as a `put` would be, with its own
+/// time.
+pub(crate) fn import_rows(
     scheme: KeyScheme,
-    records: &[(ScopeKey, SessionRecord)],
-    now: UnixMillis,
+    receipts: &[StoredReceipt],
 ) -> Result<Vec<Row>, StoreError> {
-    records
+    receipts
         .iter()
-        .map(|(key, record)| put_row(scheme, key, record, now))
+        .map(|r| put_row(scheme, &r.key, &r.record, r.last_used))
         .collect()
 }
 
@@ -142,26 +204,242 @@ pub(crate) fn excess_over_cap(count: i64, cap: usize) -> Option<i64> {
     (count > cap).then(|| count - cap)
 }
 
-/// Decides a `remove` (`only_session: None`) or `remove_if_session` from the session the stored
-/// receipt names: `Ok(session)` means delete the row and report it removed; `Err` is the final
-/// answer, and nothing is deleted.
-pub(crate) fn plan_removal(
-    stored: Option<String>,
-    only_session: Option<&str>,
-) -> Result<String, Removal> {
-    let Some(stored) = stored else {
+/// Tombstones forgotten before this time may be purged when a forget runs at `now`.
+pub(crate) fn tombstone_purge_before(now: UnixMillis) -> i64 {
+    let retention = u64::try_from(TOMBSTONE_RETENTION.as_millis()).unwrap_or(u64::MAX);
+    UnixMillis(now.0.saturating_sub(retention)).to_sql()
+}
+
+/// What is stored under one key, as far as the conditions care.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum State {
+    /// No receipt and no tombstone.
+    Nothing,
+    /// A live receipt.
+    Live {
+        session_id: String,
+        last_used: UnixMillis,
+    },
+    /// A tombstone, and no receipt written after it.
+    Forgotten { at: UnixMillis },
+}
+
+impl State {
+    /// Classifies a key from its receipt row (session, last written) and its tombstone time.
+    /// A receipt written after the tombstone is live (a harness that predates tombstones may
+    /// write one); a receipt at or before it is not.
+    pub(crate) fn of(receipt: Option<(String, i64)>, forgotten_ms: Option<i64>) -> Self {
+        let forgotten = forgotten_ms.map(UnixMillis::from_sql);
+        match (receipt, forgotten) {
+            (Some((session_id, used)), at)
+                if at.is_none_or(|at| UnixMillis::from_sql(used) > at) =>
+            {
+                Self::Live {
+                    session_id,
+                    last_used: UnixMillis::from_sql(used),
+                }
+            }
+            (_, Some(at)) => Self::Forgotten { at },
+            (_, None) => Self::Nothing,
+        }
+    }
+
+    /// Whether a receipt row exists that a read would return.
+    pub(crate) fn is_live(&self) -> bool {
+        matches!(self, Self::Live { .. })
+    }
+}
+
+/// Why a conditional write was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The expectation does not hold; the live receipt names this session (`None`: none).
+    Conflict(Option<String>),
+    /// Forgotten at this time, at or after the write was decided (or the expected receipt is
+    /// gone with it).
+    Forgotten(UnixMillis),
+}
+
+/// The condition every harness write passes (see the module docs of `receipt_store`).
+pub(crate) fn admit(state: &State, expect: &Expect, now: UnixMillis) -> Result<(), Refusal> {
+    if let State::Forgotten { at } = state
+        && now <= *at
+    {
+        return Err(Refusal::Forgotten(*at));
+    }
+    match (expect, state) {
+        (Expect::Absent, State::Live { session_id, .. }) => {
+            Err(Refusal::Conflict(Some(session_id.clone())))
+        }
+        (Expect::Absent, State::Nothing | State::Forgotten { .. }) => Ok(()),
+        (Expect::Session(wanted), State::Live { session_id, .. }) => {
+            if wanted == session_id {
+                Ok(())
+            } else {
+                Err(Refusal::Conflict(Some(session_id.clone())))
+            }
+        }
+        (Expect::Session(_), State::Nothing) => Err(Refusal::Conflict(None)),
+        (Expect::Session(_), State::Forgotten { at }) => Err(Refusal::Forgotten(*at)),
+        (
+            Expect::NotWrittenSince(bound),
+            State::Live {
+                session_id,
+                last_used,
+            },
+        ) => {
+            if last_used <= bound {
+                Ok(())
+            } else {
+                Err(Refusal::Conflict(Some(session_id.clone())))
+            }
+        }
+        (Expect::NotWrittenSince(_), State::Nothing) => Ok(()),
+        (Expect::NotWrittenSince(bound), State::Forgotten { at }) => {
+            if at <= bound {
+                Ok(())
+            } else {
+                Err(Refusal::Forgotten(*at))
+            }
+        }
+    }
+}
+
+/// A put's answer when [`admit`] refused it.
+pub(crate) fn put_refused(refusal: Refusal) -> PutOutcome {
+    match refusal {
+        Refusal::Conflict(stored) => PutOutcome::Conflict { stored },
+        Refusal::Forgotten(at) => PutOutcome::Forgotten { at },
+    }
+}
+
+/// A commit's answer when [`admit`] refused it.
+pub(crate) fn commit_refused(refusal: Refusal) -> CommitOutcome {
+    match refusal {
+        Refusal::Conflict(stored) => CommitOutcome::Conflict { stored },
+        Refusal::Forgotten(at) => CommitOutcome::Forgotten { at },
+    }
+}
+
+/// Decides a `remove`: `Ok(session)` means delete the row and report it removed; `Err` is the
+/// final answer, and nothing is deleted.
+pub(crate) fn plan_removal(state: State, expect: &Expect) -> Result<String, Removal> {
+    let State::Live { session_id, .. } = &state else {
         return Err(Removal::Absent);
     };
-    if only_session.is_some_and(|wanted| wanted != stored) {
-        return Err(Removal::OtherSession {
-            stored_session_id: stored,
-        });
+    // A live receipt: only the expectation can refuse (a tombstone older than it is moot).
+    match admit(&state, expect, UnixMillis(u64::MAX)) {
+        Ok(()) => Ok(session_id.clone()),
+        Err(_) => Err(Removal::Conflict {
+            stored_session_id: session_id.clone(),
+        }),
     }
-    Ok(stored)
+}
+
+/// Decides a `forget`: `Ok(session)` means delete the receipt row (if any) and set the tombstone,
+/// reporting the live receipt's session; `Err` is the final answer.
+pub(crate) fn plan_forget(state: State, expect: &Expect) -> Result<Option<String>, ForgetOutcome> {
+    match state {
+        State::Live { ref session_id, .. } => match admit(&state, expect, UnixMillis(u64::MAX)) {
+            Ok(()) => Ok(Some(session_id.clone())),
+            Err(_) => Err(ForgetOutcome::Conflict {
+                stored_session_id: session_id.clone(),
+            }),
+        },
+        State::Nothing | State::Forgotten { .. } => Ok(None),
+    }
+}
+
+/// The columns of a live receipt that a commit reads and rewrites.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CommitColumns {
+    pub(crate) ledger: LedgerColumns,
+    pub(crate) ext: Option<String>,
+}
+
+/// What a `commit_turn` must do, decided from what is stored under its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CommitPlan {
+    /// Refused: the final answer; nothing is written.
+    Refuse(CommitOutcome),
+    /// The receipt already is the committed one: refresh recency only.
+    Unchanged,
+    /// Write these columns (and the recency), guarded by the session id.
+    Write(CommitColumns),
+}
+
+/// The guard and the merge of a turn commit, as one pure decision. `stored` is the live
+/// receipt's columns when the state is live.
+pub(crate) fn plan_commit(
+    storage_key: &str,
+    state: &State,
+    stored: Option<CommitColumns>,
+    commit: &TurnCommit,
+    now: UnixMillis,
+) -> Result<CommitPlan, StoreError> {
+    record::check_ledger(storage_key, &commit.delivered_event_ids)?;
+    if let Err(refusal) = admit(state, &Expect::Session(commit.session_id.clone()), now) {
+        return Ok(CommitPlan::Refuse(commit_refused(refusal)));
+    }
+    let Some(old) = stored else {
+        return Ok(CommitPlan::Refuse(CommitOutcome::Conflict { stored: None }));
+    };
+    let old_ledger = old.ledger.decode(storage_key)?;
+    let old_ext = Ext::decode(old.ext.as_deref(), storage_key, &commit.session_id)?;
+    let mut ledger = DeliveryRecord {
+        standing_context_sent: old_ledger.is_some_and(|d| d.standing_context_sent)
+            || commit.standing_context_sent,
+        delivered_event_ids: commit.delivered_event_ids.clone(),
+    };
+    ledger.normalize();
+    let ext = Ext {
+        session_id: commit.session_id.clone(),
+        turns: commit.turns,
+        usage: commit.usage,
+        handoff: if commit.handoff_delivered {
+            None
+        } else {
+            old_ext.handoff
+        },
+        retired: old_ext.retired,
+    };
+    let new = CommitColumns {
+        ledger: LedgerColumns::encode(Some(&ledger))?,
+        ext: ext.encode()?,
+    };
+    // Compare decoded values, so a NULL `ext` and one bound to another session count as equal
+    // when both mean "unknown".
+    let same_ext = Ext::decode(old.ext.as_deref(), storage_key, &commit.session_id)?
+        == Ext::decode(new.ext.as_deref(), storage_key, &commit.session_id)?;
+    if old.ledger == new.ledger && same_ext {
+        return Ok(CommitPlan::Unchanged);
+    }
+    Ok(CommitPlan::Write(new))
+}
+
+/// Decides the rows of an import from what is stored under each key: `Ok(row)` is inserted (over a
+/// receipt row that is not live), `Err` is why it was skipped.
+pub(crate) fn plan_import(row: &Row, state: &State) -> Result<(), ImportSkip> {
+    match state {
+        State::Live { .. } => Err(ImportSkip::Existing),
+        State::Forgotten { at } if UnixMillis::from_sql(row.last_used_ms) <= *at => {
+            Err(ImportSkip::Forgotten)
+        }
+        State::Forgotten { .. } | State::Nothing => Ok(()),
+    }
+}
+
+/// Why an imported receipt was skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ImportSkip {
+    /// The key has a live receipt.
+    Existing,
+    /// The key was forgotten after the receipt was last written.
+    Forgotten,
 }
 
 impl Row {
-    /// The row for a checked `put` (see [`prepare_put`]).
+    /// The row for a checked, normalized record.
     pub(crate) fn from_record(
         key: &ScopeKey,
         record: &SessionRecord,
@@ -178,11 +456,12 @@ impl Row {
             standing_context_sent: ledger.standing_context_sent,
             delivered_event_ids: ledger.delivered_event_ids,
             last_used_ms: now.to_sql(),
+            ext: Ext::of(record).encode()?,
         })
     }
 
     /// Decodes a stored row strictly: a key the harness would never derive, an empty session id
-    /// or a malformed ledger is reported, not resumed.
+    /// or a malformed ledger or extension is reported, not resumed.
     pub(crate) fn into_receipt(self) -> Result<StoredReceipt, StoreError> {
         let key =
             ScopeKey::parse_storage_key(&self.scope_key).map_err(|e| StoreError::CorruptRow {
@@ -200,6 +479,7 @@ impl Row {
             delivered_event_ids: self.delivered_event_ids,
         }
         .decode(&self.scope_key)?;
+        let ext = Ext::decode(self.ext.as_deref(), &self.scope_key, &self.session_id)?;
         Ok(StoredReceipt {
             key,
             record: SessionRecord {
@@ -209,96 +489,13 @@ impl Row {
                 requested_model: self.requested_model,
                 requested_permission_mode: self.requested_permission_mode,
                 delivery,
+                turns: ext.turns,
+                usage: ext.usage,
+                handoff: ext.handoff,
+                retired: ext.retired,
             },
             last_used: UnixMillis::from_sql(self.last_used_ms),
         })
-    }
-}
-
-/// What a `commit_delivery` must do, decided from the stored receipt's session and ledger.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum CommitPlan {
-    /// No receipt for the key.
-    NoReceipt,
-    /// The receipt names another session: refuse.
-    OtherSession(String),
-    /// The ledger already is the committed one: refresh recency only.
-    Unchanged,
-    /// Write these ledger columns (and the recency), guarded by the session id.
-    Write(LedgerColumns),
-}
-
-impl CommitPlan {
-    /// The guarded `UPDATE` a backend runs for this plan: `Ok((outcome, ledger))` writes `ledger`
-    /// (`None`: only the recency) and reports `outcome` if the guard matched (see
-    /// [`guarded_outcome`]); `Err` is the final answer, and nothing is written.
-    pub(crate) fn into_update(
-        self,
-    ) -> Result<(CommitOutcome, Option<LedgerColumns>), CommitOutcome> {
-        match self {
-            Self::NoReceipt => Err(CommitOutcome::NoReceipt),
-            Self::OtherSession(stored_session_id) => {
-                Err(CommitOutcome::OtherSession { stored_session_id })
-            }
-            Self::Unchanged => Ok((CommitOutcome::Unchanged, None)),
-            Self::Write(ledger) => Ok((CommitOutcome::Written, Some(ledger))),
-        }
-    }
-}
-
-/// The stale-commit guard and the ledger bound, as one pure decision. Takes the stored receipt
-/// by value (the caller has no further use for it), so nothing is copied on the per-turn path.
-pub(crate) fn plan_commit(
-    stored: Option<(String, Option<DeliveryRecord>)>,
-    session_id: &str,
-    standing_sent: bool,
-    new_ids: &[String],
-    live_window: &HashSet<String>,
-) -> Result<CommitPlan, StoreError> {
-    let Some((stored_session, old)) = stored else {
-        return Ok(CommitPlan::NoReceipt);
-    };
-    if stored_session != session_id {
-        return Ok(CommitPlan::OtherSession(stored_session));
-    }
-    let (old_standing, old_ids) = old.as_ref().map_or((false, &[][..]), |d| {
-        (d.standing_context_sent, d.delivered_event_ids.as_slice())
-    });
-    let new = DeliveryRecord {
-        standing_context_sent: old_standing || standing_sent,
-        delivered_event_ids: bound_delivered(old_ids, new_ids, live_window),
-    };
-    if old.as_ref() == Some(&new) {
-        return Ok(CommitPlan::Unchanged);
-    }
-    Ok(CommitPlan::Write(LedgerColumns::encode(Some(&new))?))
-}
-
-/// [`plan_commit`] from the columns a backend read for `storage_key` (its session id and ledger
-/// columns, `None` for no row). The ledger is decoded before the session is compared, so an
-/// unreadable row is reported whichever session asks.
-pub(crate) fn plan_commit_row(
-    storage_key: &str,
-    stored: Option<(String, LedgerColumns)>,
-    session_id: &str,
-    standing_sent: bool,
-    new_ids: &[String],
-    live_window: &HashSet<String>,
-) -> Result<CommitPlan, StoreError> {
-    let stored = stored
-        .map(|(session, columns)| Ok::<_, StoreError>((session, columns.decode(storage_key)?)))
-        .transpose()?;
-    plan_commit(stored, session_id, standing_sent, new_ids, live_window)
-}
-
-/// The outcome of a guarded commit `UPDATE`: the planned one if it matched the row, else
-/// `NoReceipt`. Both backends read the row under a lock, so the `UPDATE` should always match; if
-/// it ever does not, the row is gone and "no receipt" is the truthful answer.
-pub(crate) fn guarded_outcome(outcome: CommitOutcome, rows_updated: u64) -> CommitOutcome {
-    if rows_updated == 1 {
-        outcome
-    } else {
-        CommitOutcome::NoReceipt
     }
 }
 
@@ -314,168 +511,4 @@ pub(crate) fn channel_key_range(channel_id: &str) -> (String, String, String) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const CHANNEL: &str = "0b9f3a52-6c1e-4d2a-9f00-1234567890ab";
-
-    fn ids(items: &[&str]) -> Vec<String> {
-        items.iter().map(|s| (*s).to_owned()).collect()
-    }
-
-    #[test]
-    fn a_record_round_trips_through_a_row() {
-        let key = ScopeKey::thread(CHANNEL, "ab".repeat(32));
-        let mut record = SessionRecord::new("s-1");
-        record.model = Some("opus".into());
-        record.requested_permission_mode = Some("plan".into());
-        record.delivery = Some(DeliveryRecord {
-            standing_context_sent: true,
-            delivered_event_ids: ids(&["b", "a", "a", ""]),
-        });
-        let (key, record) = prepare_put(KeyScheme::Scope, &key, &record).unwrap();
-        let row = Row::from_record(&key, &record, UnixMillis(42)).unwrap();
-        assert_eq!(row.delivered_event_ids.as_deref(), Some(r#"["a","b"]"#));
-        let back = row.into_receipt().unwrap();
-        assert_eq!(back.key, key);
-        assert_eq!(back.record, record);
-        assert_eq!(back.last_used, UnixMillis(42));
-
-        let bare = Row::from_record(&key, &SessionRecord::new("s-2"), UnixMillis(1)).unwrap();
-        assert_eq!(bare.delivered_event_ids, None);
-        assert_eq!(bare.into_receipt().unwrap().record.delivery, None);
-    }
-
-    #[test]
-    fn unreadable_rows_are_reported_with_their_key() {
-        let good = Row::from_record(
-            &ScopeKey::conversation(CHANNEL),
-            &SessionRecord::new("s"),
-            UnixMillis(1),
-        )
-        .unwrap();
-        let cases = [
-            Row {
-                scope_key: "general".into(),
-                ..good.clone()
-            },
-            Row {
-                session_id: " ".into(),
-                ..good.clone()
-            },
-            Row {
-                delivered_event_ids: Some("{\"not\":\"a list\"}".into()),
-                ..good.clone()
-            },
-        ];
-        for row in cases {
-            let key = row.scope_key.clone();
-            let err = row.into_receipt().unwrap_err();
-            assert!(
-                matches!(&err, StoreError::CorruptRow { key: k, .. } if *k == key),
-                "{err:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn puts_are_checked_and_mapped_by_the_scheme() {
-        let thread = ScopeKey::thread(CHANNEL, "cd".repeat(32));
-        let (key, _) = prepare_put(KeyScheme::Channel, &thread, &SessionRecord::new("s")).unwrap();
-        assert_eq!(key, ScopeKey::conversation(CHANNEL));
-        assert!(matches!(
-            prepare_put(KeyScheme::Scope, &thread, &SessionRecord::new("  ")),
-            Err(StoreError::Invalid { .. })
-        ));
-        assert!(matches!(
-            prepare_put(
-                KeyScheme::Scope,
-                &ScopeKey::conversation("general"),
-                &SessionRecord::new("s")
-            ),
-            Err(StoreError::Invalid { .. })
-        ));
-    }
-
-    #[test]
-    fn the_commit_plan_guards_the_session_and_bounds_the_ledger() {
-        let window: HashSet<String> = ids(&["kept"]).into_iter().collect();
-        assert_eq!(
-            plan_commit(None, "s", false, &ids(&["x"]), &window).unwrap(),
-            CommitPlan::NoReceipt
-        );
-        assert_eq!(
-            plan_commit(
-                Some(("other".into(), None)),
-                "s",
-                false,
-                &ids(&["x"]),
-                &window
-            )
-            .unwrap(),
-            CommitPlan::OtherSession("other".into())
-        );
-        let old = DeliveryRecord {
-            standing_context_sent: true,
-            delivered_event_ids: ids(&["gone", "kept"]),
-        };
-        let CommitPlan::Write(cols) = plan_commit(
-            Some(("s".into(), Some(old))),
-            "s",
-            false,
-            &ids(&["x"]),
-            &window,
-        )
-        .unwrap() else {
-            panic!("expected a write");
-        };
-        assert!(
-            cols.standing_context_sent,
-            "standing is ORed, never cleared"
-        );
-        assert_eq!(cols.delivered_event_ids.as_deref(), Some(r#"["kept","x"]"#));
-        let same = DeliveryRecord {
-            standing_context_sent: false,
-            delivered_event_ids: ids(&["kept", "x"]),
-        };
-        assert_eq!(
-            plan_commit(
-                Some(("s".into(), Some(same))),
-                "s",
-                false,
-                &ids(&["x"]),
-                &window
-            )
-            .unwrap(),
-            CommitPlan::Unchanged
-        );
-        // A first commit of nothing still creates the (empty) ledger: it records that a turn
-        // succeeded in this session.
-        assert!(matches!(
-            plan_commit(Some(("s".into(), None)), "s", false, &[], &window).unwrap(),
-            CommitPlan::Write(_)
-        ));
-    }
-
-    #[test]
-    fn a_channel_range_holds_its_threads_and_no_other_channel() {
-        let (exact, lower, upper) = channel_key_range(&CHANNEL.to_uppercase());
-        assert_eq!(exact, CHANNEL);
-        let inside = ScopeKey::thread(CHANNEL, "ff".repeat(32)).to_storage_key();
-        assert!(lower.as_str() <= inside.as_str() && inside.as_str() < upper.as_str());
-        for other in [
-            "0b9f3a52-6c1e-4d2a-9f00-1234567890ac",
-            "0b9f3a52-6c1e-4d2a-9f00-1234567890aa",
-        ] {
-            let conv = ScopeKey::conversation(other).to_storage_key();
-            let thread = ScopeKey::thread(other, "00".repeat(32)).to_storage_key();
-            for key in [conv, thread] {
-                assert!(
-                    !(lower.as_str() <= key.as_str() && key.as_str() < upper.as_str()),
-                    "{key}"
-                );
-                assert_ne!(key, exact);
-            }
-        }
-    }
-}
+mod tests;

@@ -7,20 +7,23 @@
 //! ```
 //!
 //! Why SQLite (see docs/STORE.md for the measurements): a write touches one row and a few index
-//! pages, so its cost does not grow with the number of receipts, unlike the JSON document that was
-//! rewritten whole; WAL mode lets readers run beside the one writer and makes every commit atomic
-//! and crash-safe (a killed process leaves a log that the next open replays, never a torn file);
-//! several processes on one machine (a rolling deploy) share it through SQLite's own file locks,
-//! waiting on a busy timeout instead of failing. `synchronous=FULL` fsyncs the log on every commit,
-//! so a receipt reported written survives a power loss, as the JSON store's fsync did. It is
-//! compiled from the bundled sources (the `bundled` feature), so nothing is installed.
+//! pages, so its cost does not grow with the number of receipts; WAL mode lets readers run beside
+//! the one writer and makes every commit atomic and crash-safe (a killed process leaves a log that
+//! the next open replays, never a torn file); several processes on one machine (a rolling deploy)
+//! share it through SQLite's own file locks, waiting on a busy timeout instead of failing.
+//! `synchronous=FULL` fsyncs the log on every commit, so a receipt reported written survives a
+//! power loss. It is compiled from the bundled sources (the `bundled` feature), so nothing is
+//! installed.
 //!
 //! Writes run in `BEGIN IMMEDIATE` transactions: the write lock is taken up front, so two
 //! processes never deadlock upgrading read locks. The per-scope receipt count lives in
 //! `buzz_receipt_scopes.receipts`, updated in the same transaction as every insert and delete, so
 //! the cap check is one row read, not a count over the table.
+//!
+//! Schema: `PRAGMA user_version` 1 is the schema line every harness of this series reads; an
+//! additive revision (see [`crate::schema`]) is recorded in `buzz_receipt_revision` and never
+//! changes `user_version`, so a harness that predates it keeps opening the database.
 
-use std::collections::HashSet;
 use std::fs::{self, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
@@ -34,20 +37,17 @@ use rusqlite::{
 
 use crate::error::StoreError;
 use crate::fsio;
-use crate::key::{KeyScheme, ScopeKey};
+use crate::key::{KeyScheme, ScopeKey, StoreScope};
 use crate::receipt_store::{
-    BackendKind, ChannelRemoval, CommitOutcome, ImportOutcome, PutOutcome, ReceiptStore, Removal,
-    StoredReceipt, UnixMillis,
+    BackendKind, ChannelRemoval, CommitOutcome, Expect, ForgetOutcome, ImportOutcome, PutOutcome,
+    ReceiptStore, Removal, StoredReceipt, TurnCommit, UnixMillis, WriteRefusal,
 };
 use crate::record::SessionRecord;
-use crate::row::{self, LedgerColumns, Row};
-use crate::store::StoreScope;
+use crate::row::{self, CommitColumns, CommitPlan, ImportSkip, LedgerColumns, Row, State};
+use crate::schema::{self, Access};
 
 /// The database file name inside a state directory.
 pub const DEFAULT_FILE_NAME: &str = "sessions.sqlite3";
-
-/// Newest schema this build reads and writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 1;
 
 /// How long a write waits for another process's write lock before giving up on this write.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -62,9 +62,9 @@ const BUSY_RETRY: Duration = Duration::from_millis(1);
 /// automatically every 1000 pages, about 4 MB).
 const WAL_SIZE_LIMIT: i64 = 4 * 1024 * 1024;
 
-/// Schema version 1. A rowid table with a unique key index rather than `WITHOUT ROWID`: a
-/// receipt with its ledger is over a kilobyte, and such rows pack far better into rowid leaves
-/// (measured: about 1.6 KB per receipt instead of 4.8 KB).
+/// Schema line 1. A rowid table with a unique key index rather than `WITHOUT ROWID`: a receipt
+/// with its ledger is over a kilobyte, and such rows pack far better into rowid leaves (measured:
+/// about 1.6 KB per receipt instead of 4.8 KB).
 const SCHEMA_V1: &str = "
 CREATE TABLE buzz_receipt_scopes (
     id           INTEGER PRIMARY KEY,
@@ -90,12 +90,28 @@ CREATE TABLE buzz_receipts (
 CREATE INDEX buzz_receipts_lru ON buzz_receipts (scope_id, last_used_ms, scope_key);
 ";
 
-/// Writes one receipt, replacing the key's previous one (`put`); bound by
-/// [`SqliteStore::insert_row`].
+/// Revision 1, additive: the extension column, the tombstones, and the revision record itself.
+const REVISION_1: &str = "
+ALTER TABLE buzz_receipts ADD COLUMN ext TEXT;
+CREATE TABLE buzz_receipt_forgets (
+    scope_id     INTEGER NOT NULL REFERENCES buzz_receipt_scopes (id),
+    scope_key    TEXT    NOT NULL,
+    forgotten_ms INTEGER NOT NULL,
+    PRIMARY KEY (scope_id, scope_key)
+);
+CREATE TABLE buzz_receipt_revision (
+    singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+    revision  INTEGER NOT NULL
+);
+INSERT INTO buzz_receipt_revision (singleton, revision) VALUES (1, 1);
+";
+
+/// Writes one receipt over whatever row the key has (`put`, and `import` over a row that is not
+/// live); bound by [`SqliteStore::upsert`].
 const UPSERT: &str = "INSERT INTO buzz_receipts (scope_id, scope_key, session_id, model,
          permission_mode, requested_model, requested_permission_mode, standing_context_sent,
-         delivered_event_ids, last_used_ms)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+         delivered_event_ids, last_used_ms, ext)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
      ON CONFLICT (scope_id, scope_key) DO UPDATE SET
          session_id = excluded.session_id, model = excluded.model,
          permission_mode = excluded.permission_mode,
@@ -103,18 +119,34 @@ const UPSERT: &str = "INSERT INTO buzz_receipts (scope_id, scope_key, session_id
          requested_permission_mode = excluded.requested_permission_mode,
          standing_context_sent = excluded.standing_context_sent,
          delivered_event_ids = excluded.delivered_event_ids,
-         last_used_ms = excluded.last_used_ms";
+         last_used_ms = excluded.last_used_ms,
+         ext = excluded.ext";
 
-/// Writes one receipt only where the key has none (`import`: existing receipts are newer); bound
-/// by [`SqliteStore::insert_row`].
-const INSERT_NEW: &str = "INSERT INTO buzz_receipts (scope_id, scope_key, session_id, model,
-         permission_mode, requested_model, requested_permission_mode, standing_context_sent,
-         delivered_event_ids, last_used_ms)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-     ON CONFLICT (scope_id, scope_key) DO NOTHING";
-
-const SELECT_COLUMNS: &str = "scope_key, session_id, model, permission_mode, requested_model, \
-     requested_permission_mode, standing_context_sent, delivered_event_ids, last_used_ms";
+/// The live receipts matching `filter` (a condition on `r`), in key order, for the columns
+/// [`read_row`] reads. A database still at revision 0 (opened read-only) has no extension column
+/// and no tombstones.
+fn select_live(revision: i64, filter: &str) -> String {
+    if revision >= 1 {
+        format!(
+            "SELECT r.scope_key, r.session_id, r.model, r.permission_mode, r.requested_model,
+                 r.requested_permission_mode, r.standing_context_sent, r.delivered_event_ids,
+                 r.last_used_ms, r.ext
+             FROM buzz_receipts r
+             WHERE {filter} AND NOT EXISTS (
+                 SELECT 1 FROM buzz_receipt_forgets f
+                 WHERE f.scope_id = r.scope_id AND f.scope_key = r.scope_key
+                   AND f.forgotten_ms >= r.last_used_ms)
+             ORDER BY r.scope_key"
+        )
+    } else {
+        format!(
+            "SELECT r.scope_key, r.session_id, r.model, r.permission_mode, r.requested_model,
+                 r.requested_permission_mode, r.standing_context_sent, r.delivered_event_ids,
+                 r.last_used_ms, NULL
+             FROM buzz_receipts r WHERE {filter} ORDER BY r.scope_key"
+        )
+    }
+}
 
 /// Receipts of one (relay, agent key) in an SQLite database.
 #[derive(Debug)]
@@ -123,23 +155,37 @@ pub struct SqliteStore {
     scope: StoreScope,
     scheme: KeyScheme,
     max_receipts: usize,
-    /// `buzz_receipt_scopes.id` of `scope`.
-    scope_id: i64,
+    access: Access,
+    /// The schema revision found (or made) at open.
+    revision: i64,
+    /// `buzz_receipt_scopes.id` of `scope`; `None` only for a read-only store whose scope has
+    /// never written a receipt.
+    scope_id: Option<i64>,
     /// One connection per store; SQLite serialises writers across processes, this mutex across
     /// the threads of this one. Never held across anything but the database call.
     conn: Mutex<Connection>,
 }
 
+/// What is stored under one key, read inside a write transaction.
+struct Current {
+    /// A receipt row exists (live or not): an insert replaces it, a delete decrements the count.
+    row_exists: bool,
+    state: State,
+    /// The columns a commit rewrites, when the receipt is live.
+    columns: Option<CommitColumns>,
+}
+
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path` for `scope`.
+    /// Opens (creating if needed) the database at `path` for `scope`, bringing its schema to this
+    /// build's revision.
     ///
     /// A missing parent directory is created 0700 and a new database file 0600. A file that is not
     /// an SQLite database is moved aside to `<file>.corrupt-<unix seconds>` (nothing is deleted)
     /// and a new database is created. A symlink at `path` is refused.
     ///
     /// # Errors
-    /// [`StoreError::Config`] for a zero cap, [`StoreError::SchemaTooNew`] for a database of a
-    /// newer harness, otherwise the I/O or SQLite failure that prevented opening.
+    /// [`StoreError::Config`] for a zero cap, [`StoreError::SchemaTooNew`] for a database of an
+    /// incompatible newer schema line, otherwise the I/O or SQLite failure that prevented opening.
     pub fn open(
         path: &Path,
         scope: StoreScope,
@@ -161,7 +207,7 @@ impl SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sqlite_err(path, "begin schema migration"))?;
-        migrate_schema(&tx, path)?;
+        let revision = migrate_schema(&tx, path)?;
         let scope_id = register_scope(&tx, &scope).map_err(sqlite_err(path, "register scope"))?;
         tx.commit()
             .map_err(sqlite_err(path, "commit schema migration"))?;
@@ -170,11 +216,81 @@ impl SqliteStore {
             scope,
             scheme,
             max_receipts,
-            scope_id,
+            access: Access::ReadWrite,
+            revision,
+            scope_id: Some(scope_id),
             conn: Mutex::new(conn),
         };
         tracing::info!(path = %path.display(), relay = %store.scope.relay, scheme = ?scheme, max_receipts, "session store opened (sqlite)");
         Ok(store)
+    }
+
+    /// Opens an existing database read-only: nothing is created, migrated or registered, and every
+    /// write answers `NotWritable(ReadOnly)`. For an operator's listing beside running harnesses.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] when there is no database at `path`; [`StoreError::SchemaTooNew`]
+    /// for an incompatible newer schema line; otherwise the SQLite failure.
+    pub fn open_read_only(
+        path: &Path,
+        scope: StoreScope,
+        scheme: KeyScheme,
+    ) -> Result<Self, StoreError> {
+        let conn = connect_read_only(path)?;
+        let revision = read_schema(&conn, path)?;
+        let scope_id = conn
+            .query_row(
+                "SELECT id FROM buzz_receipt_scopes WHERE relay = ?1 AND agent_pubkey = ?2",
+                params![scope.relay, scope.agent_pubkey],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sqlite_err(path, "look up scope"))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            scope,
+            scheme,
+            max_receipts: usize::MAX,
+            access: Access::ReadOnly,
+            revision,
+            scope_id,
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// Every store scope that has ever written to the database at `path`, with its receipt count,
+    /// read-only.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open_read_only`].
+    pub fn scopes_at(path: &Path) -> Result<Vec<(StoreScope, usize)>, StoreError> {
+        let conn = connect_read_only(path)?;
+        read_schema(&conn, path)?;
+        let mut stmt = conn
+            .prepare(
+                "SELECT relay, agent_pubkey, receipts FROM buzz_receipt_scopes
+                 ORDER BY relay, agent_pubkey",
+            )
+            .map_err(sqlite_err(path, "list scopes"))?;
+        let rows = stmt
+            .query_map([], |r| {
+                let count: i64 = r.get(2)?;
+                Ok((
+                    StoreScope {
+                        relay: r.get(0)?,
+                        agent_pubkey: r.get(1)?,
+                    },
+                    usize::try_from(count).unwrap_or(0),
+                ))
+            })
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(sqlite_err(path, "list scopes"))?;
+        Ok(rows)
+    }
+
+    /// The schema revision of the database (as found or made at open).
+    pub fn revision(&self) -> i64 {
+        self.revision
     }
 
     /// Runs SQLite's own consistency check (`PRAGMA integrity_check`) on the whole database.
@@ -205,38 +321,55 @@ impl SqliteStore {
         sqlite_err(&self.path, op)
     }
 
-    /// Runs `body` in one `BEGIN IMMEDIATE` transaction and commits it; any error rolls back.
+    /// The scope id of a writable store (always registered at open).
+    fn writable_scope(&self) -> Option<i64> {
+        match self.access {
+            Access::ReadWrite => self.scope_id,
+            Access::ReadOnly => None,
+        }
+    }
+
+    /// Runs `body` in one `BEGIN IMMEDIATE` transaction with the scope id and commits it; any
+    /// error rolls back. `Ok(None)` for a read-only store (nothing is run).
     fn write<T>(
         &self,
         op: &'static str,
-        body: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
+        body: impl FnOnce(&Transaction<'_>, i64) -> Result<T, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
+        let Some(scope_id) = self.writable_scope() else {
+            return Ok(None);
+        };
         let mut conn = self.conn();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.err(op))?;
-        let out = body(&tx)?;
+        let out = body(&tx, scope_id)?;
         tx.commit().map_err(self.err(op))?;
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// Adds `delta` to the scope's receipt count.
-    fn count_add(&self, tx: &Transaction<'_>, delta: i64) -> Result<(), StoreError> {
+    fn count_add(&self, tx: &Transaction<'_>, scope_id: i64, delta: i64) -> Result<(), StoreError> {
         if delta != 0 {
             tx.prepare_cached(
                 "UPDATE buzz_receipt_scopes SET receipts = receipts + ?2 WHERE id = ?1",
             )
-            .and_then(|mut s| s.execute(params![self.scope_id, delta]))
+            .and_then(|mut s| s.execute(params![scope_id, delta]))
             .map_err(self.err("count receipts"))?;
         }
         Ok(())
     }
 
     /// Evicts least recently used receipts (never `keep`) until the scope is within the cap.
-    fn evict_over_cap(&self, tx: &Transaction<'_>, keep: &str) -> Result<usize, StoreError> {
+    fn evict_over_cap(
+        &self,
+        tx: &Transaction<'_>,
+        scope_id: i64,
+        keep: &str,
+    ) -> Result<usize, StoreError> {
         let count: i64 = tx
             .prepare_cached("SELECT receipts FROM buzz_receipt_scopes WHERE id = ?1")
-            .and_then(|mut s| s.query_row(params![self.scope_id], |r| r.get(0)))
+            .and_then(|mut s| s.query_row(params![scope_id], |r| r.get(0)))
             .map_err(self.err("count receipts"))?;
         let Some(excess) = row::excess_over_cap(count, self.max_receipts) else {
             return Ok(0);
@@ -248,28 +381,28 @@ impl SqliteStore {
                      WHERE scope_id = ?1 AND scope_key <> ?2
                      ORDER BY last_used_ms, scope_key LIMIT ?3)",
             )
-            .and_then(|mut s| s.execute(params![self.scope_id, keep, excess]))
+            .and_then(|mut s| s.execute(params![scope_id, keep, excess]))
             .map_err(self.err("evict"))?;
-        self.count_add(tx, -i64::try_from(evicted).unwrap_or(i64::MAX))?;
+        self.count_add(tx, scope_id, -i64::try_from(evicted).unwrap_or(i64::MAX))?;
         if evicted > 0 {
             tracing::debug!(path = %self.path.display(), evicted, cap = self.max_receipts, "session store: evicted least recently used receipts");
         }
         Ok(evicted)
     }
 
-    /// Runs `sql`, an `INSERT` of one receipt's columns as `?1`…`?10` (the scope and the row in
-    /// [`Row`] order), so `put` and `import` bind the row the same way. Returns the rows inserted.
-    fn insert_row(
+    /// Writes `row` over whatever row its key has, and drops the key's tombstone (the row is
+    /// newer).
+    fn upsert(
         &self,
         tx: &Transaction<'_>,
+        scope_id: i64,
         op: &'static str,
-        sql: &'static str,
         row: &Row,
-    ) -> Result<usize, StoreError> {
-        tx.prepare_cached(sql)
+    ) -> Result<(), StoreError> {
+        tx.prepare_cached(UPSERT)
             .and_then(|mut s| {
                 s.execute(params![
-                    self.scope_id,
+                    scope_id,
                     row.scope_key,
                     row.session_id,
                     row.model,
@@ -279,47 +412,118 @@ impl SqliteStore {
                     row.standing_context_sent,
                     row.delivered_event_ids,
                     row.last_used_ms,
+                    row.ext,
                 ])
             })
-            .map_err(self.err(op))
-    }
-
-    fn exists(&self, tx: &Transaction<'_>, storage_key: &str) -> Result<bool, StoreError> {
+            .map_err(self.err(op))?;
         tx.prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM buzz_receipts WHERE scope_id = ?1 AND scope_key = ?2)",
+            "DELETE FROM buzz_receipt_forgets WHERE scope_id = ?1 AND scope_key = ?2",
         )
-        .and_then(|mut s| s.query_row(params![self.scope_id, storage_key], |r| r.get(0)))
-        .map_err(self.err("look up"))
+        .and_then(|mut s| s.execute(params![scope_id, row.scope_key]))
+        .map_err(self.err(op))?;
+        Ok(())
     }
 
-    /// Deletes one row (optionally only while it names `session_id`), keeping the count.
-    fn delete(
+    /// Reads what is stored under `storage_key`: the receipt row and the tombstone.
+    fn current(
         &self,
+        tx: &Transaction<'_>,
+        scope_id: i64,
         op: &'static str,
-        key: &ScopeKey,
-        only_session: Option<&str>,
-    ) -> Result<Removal, StoreError> {
-        let storage_key = self.scheme.map(key).to_storage_key();
-        self.write(op, |tx| {
-            let stored: Option<String> = tx
-                .prepare_cached(
-                    "SELECT session_id FROM buzz_receipts WHERE scope_id = ?1 AND scope_key = ?2",
-                )
-                .and_then(|mut s| {
-                    s.query_row(params![self.scope_id, storage_key], |r| r.get(0))
-                        .optional()
+        storage_key: &str,
+    ) -> Result<Current, StoreError> {
+        let receipt = tx
+            .prepare_cached(
+                "SELECT session_id, last_used_ms, standing_context_sent, delivered_event_ids, ext
+                 FROM buzz_receipts WHERE scope_id = ?1 AND scope_key = ?2",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![scope_id, storage_key], |r| {
+                    let session: String = r.get(0)?;
+                    let used: i64 = r.get(1)?;
+                    let columns = CommitColumns {
+                        ledger: LedgerColumns {
+                            standing_context_sent: r.get(2)?,
+                            delivered_event_ids: r.get(3)?,
+                        },
+                        ext: r.get(4)?,
+                    };
+                    Ok((session, used, columns))
                 })
-                .map_err(self.err(op))?;
-            let session_id = match row::plan_removal(stored, only_session) {
-                Ok(session_id) => session_id,
-                Err(answer) => return Ok(answer),
-            };
-            tx.prepare_cached("DELETE FROM buzz_receipts WHERE scope_id = ?1 AND scope_key = ?2")
-                .and_then(|mut s| s.execute(params![self.scope_id, storage_key]))
-                .map_err(self.err(op))?;
-            self.count_add(tx, -1)?;
-            Ok(Removal::Removed { session_id })
+                .optional()
+            })
+            .map_err(self.err(op))?;
+        let forgotten: Option<i64> = tx
+            .prepare_cached(
+                "SELECT forgotten_ms FROM buzz_receipt_forgets WHERE scope_id = ?1 AND scope_key = ?2",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![scope_id, storage_key], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(self.err(op))?;
+        let row_exists = receipt.is_some();
+        let (identity, columns) = match receipt {
+            Some((session, used, columns)) => (Some((session, used)), Some(columns)),
+            None => (None, None),
+        };
+        let state = State::of(identity, forgotten);
+        let columns = columns.filter(|_| state.is_live());
+        Ok(Current {
+            row_exists,
+            state,
+            columns,
         })
+    }
+
+    /// Deletes the receipt row of `storage_key`, keeping the count.
+    fn delete_row(
+        &self,
+        tx: &Transaction<'_>,
+        scope_id: i64,
+        op: &'static str,
+        storage_key: &str,
+    ) -> Result<(), StoreError> {
+        let deleted = tx
+            .prepare_cached("DELETE FROM buzz_receipts WHERE scope_id = ?1 AND scope_key = ?2")
+            .and_then(|mut s| s.execute(params![scope_id, storage_key]))
+            .map_err(self.err(op))?;
+        self.count_add(tx, scope_id, -i64::try_from(deleted).unwrap_or(i64::MAX))
+    }
+
+    /// Sets the tombstone of `storage_key` to `now` (never earlier than it was).
+    fn tombstone(
+        &self,
+        tx: &Transaction<'_>,
+        scope_id: i64,
+        op: &'static str,
+        storage_key: &str,
+        now: UnixMillis,
+    ) -> Result<(), StoreError> {
+        tx.prepare_cached(
+            "INSERT INTO buzz_receipt_forgets (scope_id, scope_key, forgotten_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT (scope_id, scope_key)
+             DO UPDATE SET forgotten_ms = max(forgotten_ms, excluded.forgotten_ms)",
+        )
+        .and_then(|mut s| s.execute(params![scope_id, storage_key, now.to_sql()]))
+        .map_err(self.err(op))?;
+        Ok(())
+    }
+
+    fn read_live(&self, filter: &str, key: Option<&str>) -> Result<Vec<Row>, StoreError> {
+        let Some(scope_id) = self.scope_id else {
+            return Ok(Vec::new());
+        };
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(&select_live(self.revision, filter))
+            .map_err(self.err("read"))?;
+        let rows = match key {
+            Some(key) => stmt.query_map(params![scope_id, key], read_row),
+            None => stmt.query_map(params![scope_id], read_row),
+        };
+        rows.and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(self.err("read"))
     }
 }
 
@@ -338,17 +542,10 @@ impl ReceiptStore for SqliteStore {
 
     fn get(&self, key: &ScopeKey) -> Result<Option<SessionRecord>, StoreError> {
         let storage_key = self.scheme.map(key).to_storage_key();
-        let row = self
-            .conn()
-            .prepare_cached(&format!(
-                "SELECT {SELECT_COLUMNS} FROM buzz_receipts WHERE scope_id = ?1 AND scope_key = ?2"
-            ))
-            .and_then(|mut s| {
-                s.query_row(params![self.scope_id, storage_key], read_row)
-                    .optional()
-            })
-            .map_err(self.err("get"))?;
-        row.map(|row| row.into_receipt().map(|r| r.record))
+        let rows = self.read_live("r.scope_id = ?1 AND r.scope_key = ?2", Some(&storage_key))?;
+        rows.into_iter()
+            .next()
+            .map(|row| row.into_receipt().map(|r| r.record))
             .transpose()
     }
 
@@ -356,160 +553,207 @@ impl ReceiptStore for SqliteStore {
         &self,
         key: &ScopeKey,
         record: &SessionRecord,
+        expect: &Expect,
         now: UnixMillis,
     ) -> Result<PutOutcome, StoreError> {
         let row = row::put_row(self.scheme, key, record, now)?;
-        self.write("put", |tx| {
-            let created = !self.exists(tx, &row.scope_key)?;
-            self.insert_row(tx, "put", UPSERT, &row)?;
-            let evicted = if created {
-                self.count_add(tx, 1)?;
-                self.evict_over_cap(tx, &row.scope_key)?
-            } else {
+        let outcome = self.write("put", |tx, scope_id| {
+            let current = self.current(tx, scope_id, "put", &row.scope_key)?;
+            if let Err(refusal) = row::admit(&current.state, expect, now) {
+                return Ok(row::put_refused(refusal));
+            }
+            self.upsert(tx, scope_id, "put", &row)?;
+            let evicted = if current.row_exists {
                 0
+            } else {
+                self.count_add(tx, scope_id, 1)?;
+                self.evict_over_cap(tx, scope_id, &row.scope_key)?
             };
-            Ok(PutOutcome::Written { created, evicted })
-        })
+            Ok(PutOutcome::Written {
+                created: !current.state.is_live(),
+                evicted,
+            })
+        })?;
+        Ok(outcome.unwrap_or(PutOutcome::NotWritable(WriteRefusal::ReadOnly)))
     }
 
-    fn remove(&self, key: &ScopeKey) -> Result<Removal, StoreError> {
-        self.delete("remove", key, None)
-    }
-
-    fn remove_if_session(&self, key: &ScopeKey, session_id: &str) -> Result<Removal, StoreError> {
-        self.delete("remove_if_session", key, Some(session_id))
-    }
-
-    fn remove_channel(&self, channel_id: &str) -> Result<ChannelRemoval, StoreError> {
-        let (exact, lower, upper) = row::channel_key_range(channel_id);
-        self.write("remove_channel", |tx| {
-            let removed = tx
-                .prepare_cached(
-                    "DELETE FROM buzz_receipts WHERE scope_id = ?1
-                     AND (scope_key = ?2 OR (scope_key >= ?3 AND scope_key < ?4))",
-                )
-                .and_then(|mut s| s.execute(params![self.scope_id, exact, lower, upper]))
-                .map_err(self.err("remove_channel"))?;
-            self.count_add(tx, -i64::try_from(removed).unwrap_or(i64::MAX))?;
-            Ok(ChannelRemoval::Removed(removed))
-        })
-    }
-
-    fn commit_delivery(
+    fn commit_turn(
         &self,
         key: &ScopeKey,
-        session_id: &str,
-        standing_sent: bool,
-        new_ids: &[String],
-        live_window: &HashSet<String>,
+        commit: &TurnCommit,
         now: UnixMillis,
     ) -> Result<CommitOutcome, StoreError> {
         let storage_key = self.scheme.map(key).to_storage_key();
-        self.write("commit_delivery", |tx| {
-            let stored = tx
-                .prepare_cached(
-                    "SELECT session_id, standing_context_sent, delivered_event_ids
-                     FROM buzz_receipts WHERE scope_id = ?1 AND scope_key = ?2",
-                )
-                .and_then(|mut s| {
-                    s.query_row(params![self.scope_id, storage_key], |r| {
-                        let ledger = LedgerColumns {
-                            standing_context_sent: r.get(1)?,
-                            delivered_event_ids: r.get(2)?,
-                        };
-                        Ok((r.get(0)?, ledger))
-                    })
-                    .optional()
-                })
-                .map_err(self.err("commit_delivery"))?;
-            let plan = row::plan_commit_row(
-                &storage_key,
-                stored,
-                session_id,
-                standing_sent,
-                new_ids,
-                live_window,
-            )?;
-            let (outcome, ledger) = match plan.into_update() {
-                Ok(update) => update,
-                Err(answer) => return Ok(answer),
+        let outcome = self.write("commit_turn", |tx, scope_id| {
+            let current = self.current(tx, scope_id, "commit_turn", &storage_key)?;
+            let plan =
+                row::plan_commit(&storage_key, &current.state, current.columns, commit, now)?;
+            let (outcome, columns) = match plan {
+                CommitPlan::Refuse(answer) => return Ok(answer),
+                CommitPlan::Unchanged => (CommitOutcome::Unchanged, None),
+                CommitPlan::Write(columns) => (CommitOutcome::Written, Some(columns)),
             };
-            // The guard is in the UPDATE itself: it only touches the row naming this session.
-            let updated = match ledger {
-                Some(ledger) => tx.prepare_cached(
-                    "UPDATE buzz_receipts SET standing_context_sent = ?4, delivered_event_ids = ?5,
-                         last_used_ms = ?6
-                     WHERE scope_id = ?1 AND scope_key = ?2 AND session_id = ?3",
-                )
-                .and_then(|mut s| {
-                    s.execute(params![
-                        self.scope_id,
-                        storage_key,
-                        session_id,
-                        ledger.standing_context_sent,
-                        ledger.delivered_event_ids,
-                        now.to_sql()
-                    ])
-                }),
+            // Guarded by the session id in the UPDATE itself, inside the write lock.
+            let updated = match columns {
+                Some(c) => tx
+                    .prepare_cached(
+                        "UPDATE buzz_receipts SET standing_context_sent = ?4,
+                             delivered_event_ids = ?5, ext = ?6, last_used_ms = ?7
+                         WHERE scope_id = ?1 AND scope_key = ?2 AND session_id = ?3",
+                    )
+                    .and_then(|mut s| {
+                        s.execute(params![
+                            scope_id,
+                            storage_key,
+                            commit.session_id,
+                            c.ledger.standing_context_sent,
+                            c.ledger.delivered_event_ids,
+                            c.ext,
+                            now.to_sql()
+                        ])
+                    }),
                 None => tx
                     .prepare_cached(
                         "UPDATE buzz_receipts SET last_used_ms = ?4
                          WHERE scope_id = ?1 AND scope_key = ?2 AND session_id = ?3",
                     )
                     .and_then(|mut s| {
-                        s.execute(params![self.scope_id, storage_key, session_id, now.to_sql()])
+                        s.execute(params![
+                            scope_id,
+                            storage_key,
+                            commit.session_id,
+                            now.to_sql()
+                        ])
                     }),
             }
-            .map_err(self.err("commit_delivery"))?;
-            // Inside the write lock the row read above cannot have changed.
-            Ok(row::guarded_outcome(
-                outcome,
-                u64::try_from(updated).unwrap_or(u64::MAX),
-            ))
-        })
+            .map_err(self.err("commit_turn"))?;
+            Ok(if updated == 1 {
+                outcome
+            } else {
+                CommitOutcome::Conflict { stored: None }
+            })
+        })?;
+        Ok(outcome.unwrap_or(CommitOutcome::NotWritable(WriteRefusal::ReadOnly)))
     }
 
-    fn import(
+    fn remove(&self, key: &ScopeKey, expect: &Expect) -> Result<Removal, StoreError> {
+        let storage_key = self.scheme.map(key).to_storage_key();
+        let outcome = self.write("remove", |tx, scope_id| {
+            let current = self.current(tx, scope_id, "remove", &storage_key)?;
+            let session_id = match row::plan_removal(current.state, expect) {
+                Ok(session_id) => session_id,
+                Err(answer) => return Ok(answer),
+            };
+            self.delete_row(tx, scope_id, "remove", &storage_key)?;
+            Ok(Removal::Removed { session_id })
+        })?;
+        Ok(outcome.unwrap_or(Removal::NotWritable(WriteRefusal::ReadOnly)))
+    }
+
+    fn remove_channel(
         &self,
-        records: &[(ScopeKey, SessionRecord)],
+        channel_id: &str,
         now: UnixMillis,
-    ) -> Result<ImportOutcome, StoreError> {
-        let rows = row::prepare_import(self.scheme, records, now)?;
-        self.write("import", |tx| {
-            let mut inserted = 0usize;
-            for row in &rows {
-                inserted += self.insert_row(tx, "import", INSERT_NEW, row)?;
+    ) -> Result<ChannelRemoval, StoreError> {
+        let (exact, lower, upper) = row::channel_key_range(channel_id);
+        let outcome = self.write("remove_channel", |tx, scope_id| {
+            tx.prepare_cached(
+                "INSERT INTO buzz_receipt_forgets (scope_id, scope_key, forgotten_ms)
+                 SELECT scope_id, scope_key, ?5 FROM buzz_receipts WHERE scope_id = ?1
+                     AND (scope_key = ?2 OR (scope_key >= ?3 AND scope_key < ?4))
+                 ON CONFLICT (scope_id, scope_key)
+                 DO UPDATE SET forgotten_ms = max(forgotten_ms, excluded.forgotten_ms)",
+            )
+            .and_then(|mut s| s.execute(params![scope_id, exact, lower, upper, now.to_sql()]))
+            .map_err(self.err("remove_channel"))?;
+            let removed = tx
+                .prepare_cached(
+                    "DELETE FROM buzz_receipts WHERE scope_id = ?1
+                     AND (scope_key = ?2 OR (scope_key >= ?3 AND scope_key < ?4))",
+                )
+                .and_then(|mut s| s.execute(params![scope_id, exact, lower, upper]))
+                .map_err(self.err("remove_channel"))?;
+            self.count_add(tx, scope_id, -i64::try_from(removed).unwrap_or(i64::MAX))?;
+            Ok(ChannelRemoval::Removed(removed))
+        })?;
+        Ok(outcome.unwrap_or(ChannelRemoval::NotWritable(WriteRefusal::ReadOnly)))
+    }
+
+    fn forget(
+        &self,
+        key: &ScopeKey,
+        expect: &Expect,
+        now: UnixMillis,
+    ) -> Result<ForgetOutcome, StoreError> {
+        let key = self.scheme.map(key);
+        row::check_key(&key)?;
+        let storage_key = key.to_storage_key();
+        let outcome = self.write("forget", |tx, scope_id| {
+            let current = self.current(tx, scope_id, "forget", &storage_key)?;
+            let session_id = match row::plan_forget(current.state, expect) {
+                Ok(session_id) => session_id,
+                Err(answer) => return Ok(answer),
+            };
+            if current.row_exists {
+                self.delete_row(tx, scope_id, "forget", &storage_key)?;
             }
-            self.count_add(tx, i64::try_from(inserted).unwrap_or(i64::MAX))?;
-            let evicted = self.evict_over_cap(tx, "")?;
+            self.tombstone(tx, scope_id, "forget", &storage_key, now)?;
+            tx.prepare_cached(
+                "DELETE FROM buzz_receipt_forgets WHERE scope_id = ?1 AND forgotten_ms < ?2",
+            )
+            .and_then(|mut s| s.execute(params![scope_id, row::tombstone_purge_before(now)]))
+            .map_err(self.err("forget"))?;
+            Ok(ForgetOutcome::Forgotten { session_id })
+        })?;
+        Ok(outcome.unwrap_or(ForgetOutcome::NotWritable(WriteRefusal::ReadOnly)))
+    }
+
+    fn import(&self, receipts: &[StoredReceipt]) -> Result<ImportOutcome, StoreError> {
+        let rows = row::import_rows(self.scheme, receipts)?;
+        let outcome = self.write("import", |tx, scope_id| {
+            let mut inserted = 0usize;
+            let mut kept_existing = 0usize;
+            let mut forgotten = 0usize;
+            for row in &rows {
+                let current = self.current(tx, scope_id, "import", &row.scope_key)?;
+                match row::plan_import(row, &current.state) {
+                    Ok(()) => {
+                        self.upsert(tx, scope_id, "import", row)?;
+                        if !current.row_exists {
+                            self.count_add(tx, scope_id, 1)?;
+                        }
+                        inserted += 1;
+                    }
+                    Err(ImportSkip::Existing) => kept_existing += 1,
+                    Err(ImportSkip::Forgotten) => forgotten += 1,
+                }
+            }
+            let evicted = self.evict_over_cap(tx, scope_id, "")?;
             Ok(ImportOutcome::Imported {
                 inserted,
-                kept_existing: rows.len() - inserted,
+                kept_existing,
+                forgotten,
                 evicted,
             })
-        })
+        })?;
+        Ok(outcome.unwrap_or(ImportOutcome::NotWritable(WriteRefusal::ReadOnly)))
     }
 
     fn receipts(&self) -> Result<Vec<StoredReceipt>, StoreError> {
-        let rows = {
-            let conn = self.conn();
-            let mut stmt = conn
-                .prepare_cached(&format!(
-                    "SELECT {SELECT_COLUMNS} FROM buzz_receipts WHERE scope_id = ?1 ORDER BY scope_key"
-                ))
-                .map_err(self.err("list"))?;
-            stmt.query_map(params![self.scope_id], read_row)
-                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-                .map_err(self.err("list"))?
-        };
-        rows.into_iter().map(Row::into_receipt).collect()
+        self.read_live("r.scope_id = ?1", None)?
+            .into_iter()
+            .map(Row::into_receipt)
+            .collect()
     }
 
     fn len(&self) -> Result<usize, StoreError> {
+        let Some(scope_id) = self.scope_id else {
+            return Ok(0);
+        };
         let count: i64 = self
             .conn()
             .prepare_cached("SELECT receipts FROM buzz_receipt_scopes WHERE id = ?1")
-            .and_then(|mut s| s.query_row(params![self.scope_id], |r| r.get(0)))
+            .and_then(|mut s| s.query_row(params![scope_id], |r| r.get(0)))
             .map_err(self.err("count receipts"))?;
         Ok(usize::try_from(count).unwrap_or(0))
     }
@@ -538,6 +782,7 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         standing_context_sent: r.get(6)?,
         delivered_event_ids: r.get(7)?,
         last_used_ms: r.get(8)?,
+        ext: r.get(9)?,
     })
 }
 
@@ -580,8 +825,70 @@ fn connect(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
-/// Creates the schema in a new database, or checks that an existing one is not newer.
-fn migrate_schema(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
+/// Opens an existing database without creating, writing or following a symlink.
+fn connect_read_only(path: &Path) -> Result<Connection, StoreError> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_file() => {}
+        Ok(_) => {
+            return Err(StoreError::Config {
+                reason: format!("{} is not a regular file", path.display()),
+            });
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(StoreError::NotFound {
+                location: path.display().to_string(),
+            });
+        }
+        Err(source) => return Err(fsio::io_error(path, "stat", source)),
+    }
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_NOFOLLOW;
+    let mut conn = Connection::open_with_flags(path, flags).map_err(sqlite_err(path, "open"))?;
+    conn.busy_handler(Some(busy_wait()))
+        .map_err(sqlite_err(path, "set busy handler"))?;
+    Ok(conn)
+}
+
+/// The schema revision of an existing database, checked for a compatible schema line (read-only).
+fn read_schema(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
+    let err = |op| sqlite_err(path, op);
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(err("read schema version"))?;
+    match version {
+        0 => Err(StoreError::NotFound {
+            location: format!("{} (a database without receipt tables)", path.display()),
+        }),
+        schema::LINE => revision_of(conn).map_err(err("read schema revision")),
+        found => Err(StoreError::SchemaTooNew {
+            location: path.display().to_string(),
+            found,
+            supported: schema::LINE,
+        }),
+    }
+}
+
+/// The recorded revision; 0 for a database that predates revisions.
+fn revision_of(conn: &Connection) -> rusqlite::Result<i64> {
+    let has_table: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master
+                        WHERE type = 'table' AND name = 'buzz_receipt_revision')",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_table {
+        return Ok(0);
+    }
+    conn.query_row("SELECT revision FROM buzz_receipt_revision", [], |r| {
+        r.get(0)
+    })
+}
+
+/// Creates the schema in a new database, brings an older revision of the same line up to this
+/// build's, or refuses a newer line. Returns the revision the database is at afterwards (a newer
+/// revision of the same line is additive, and used as it is).
+fn migrate_schema(tx: &Transaction<'_>, path: &Path) -> Result<i64, StoreError> {
     let err = |op| sqlite_err(path, op);
     let version: i64 = tx
         .query_row("PRAGMA user_version", [], |r| r.get(0))
@@ -589,18 +896,27 @@ fn migrate_schema(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
     match version {
         0 => {
             tx.execute_batch(SCHEMA_V1).map_err(err("create schema"))?;
-            tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+            tx.pragma_update(None, "user_version", schema::LINE)
                 .map_err(err("write schema version"))?;
-            tracing::info!(path = %path.display(), version = SCHEMA_VERSION, "session store: created the database schema");
-            Ok(())
+            tracing::info!(path = %path.display(), version = schema::LINE, "session store: created the database schema");
         }
-        SCHEMA_VERSION => Ok(()),
-        found => Err(StoreError::SchemaTooNew {
-            location: path.display().to_string(),
-            found,
-            supported: SCHEMA_VERSION,
-        }),
+        schema::LINE => {}
+        found => {
+            return Err(StoreError::SchemaTooNew {
+                location: path.display().to_string(),
+                found,
+                supported: schema::LINE,
+            });
+        }
     }
+    let revision = revision_of(tx).map_err(err("read schema revision"))?;
+    if revision < schema::REVISION {
+        tx.execute_batch(REVISION_1)
+            .map_err(err("apply schema revision 1"))?;
+        tracing::info!(path = %path.display(), revision = schema::REVISION, "session store: applied an additive schema revision");
+        return Ok(schema::REVISION);
+    }
+    Ok(revision)
 }
 
 /// The scope's id, registering it on first use, with its receipt count re-derived from the rows

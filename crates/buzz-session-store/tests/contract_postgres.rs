@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use buzz_session_store::{
     Backend, CommitOutcome, KeyScheme, PgStore, ReceiptStore, StoreError, UnixMillis,
 };
-use contract::{Medium, ids, record, scope, thread, window};
+use contract::{Medium, commit, put_new, scope, thread};
 
 const URL_VAR: &str = "BUZZ_TEST_POSTGRES_URL";
 const SKIP_VAR: &str = "BUZZ_TEST_SKIP_POSTGRES";
@@ -100,24 +100,16 @@ fn a_server_that_is_not_there_is_a_clear_error_not_a_hang() {
 }
 
 #[test]
-fn a_url_that_requires_tls_is_refused_and_passwords_never_show() {
-    let err = PgStore::open(
-        "postgres://buzz:hunter2@db.internal/receipts?sslmode=require",
-        scope(),
-        KeyScheme::Scope,
-        10,
-    )
-    .unwrap_err();
-    assert!(matches!(err, StoreError::Config { .. }), "{err:?}");
-    assert!(!format!("{err} {err:?}").contains("hunter2"));
-    let err = PgStore::open(
-        "postgres://db/x?port=notaport",
-        scope(),
-        KeyScheme::Scope,
-        10,
-    )
-    .unwrap_err();
-    assert!(matches!(err, StoreError::Config { .. }), "{err:?}");
+fn unusable_urls_are_refused_and_passwords_never_show() {
+    for url in [
+        "postgres://buzz:hunter2@db.internal/receipts?sslmode=allow",
+        "postgres://buzz:hunter2@db.internal/receipts?sslcert=/c.pem",
+        "postgres://buzz:hunter2@db/x?port=notaport",
+    ] {
+        let err = PgStore::open(url, scope(), KeyScheme::Scope, 10).unwrap_err();
+        assert!(matches!(err, StoreError::Config { .. }), "{err:?}");
+        assert!(!format!("{err} {err:?}").contains("hunter2"));
+    }
 }
 
 #[test]
@@ -127,9 +119,7 @@ fn a_dropped_connection_is_reported_then_reopened() {
     let name = format!("buzz-drop-test-{}", std::process::id());
     let url = format!("{}&application_name={name}", pg_url(&m));
     let store = PgStore::open(&url, scope(), KeyScheme::Scope, 10).unwrap();
-    store
-        .put(&thread(1), &record("s-1"), UnixMillis(1))
-        .unwrap();
+    put_new(&store, &thread(1), "s-1", 1);
     // The server ends every other connection to this database (as a restart or failover would).
     let mut admin = postgres::Client::connect(&server_url().unwrap(), postgres::NoTls).unwrap();
     let ended = admin
@@ -155,15 +145,116 @@ fn a_dropped_connection_is_reported_then_reopened() {
     }
     assert_eq!(
         store
-            .commit_delivery(
-                &thread(1),
-                "s-1",
-                false,
-                &ids(&["e"]),
-                &window(&[]),
-                UnixMillis(2)
-            )
+            .commit_turn(&thread(1), &commit("s-1", &["e"], 1), UnixMillis(2))
             .unwrap(),
         CommitOutcome::Written
     );
+}
+
+/// The schema and the writes of the harness that predates schema revision 1, as it ran them.
+const OLD_SCHEMA: &str = r#"
+CREATE TABLE buzz_receipt_schema (
+    singleton BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (singleton), version BIGINT NOT NULL);
+INSERT INTO buzz_receipt_schema (version) VALUES (1);
+CREATE TABLE buzz_receipt_scopes (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, relay TEXT NOT NULL,
+    agent_pubkey TEXT NOT NULL, receipts BIGINT NOT NULL DEFAULT 0, UNIQUE (relay, agent_pubkey));
+CREATE TABLE buzz_receipts (
+    scope_id BIGINT NOT NULL REFERENCES buzz_receipt_scopes (id),
+    scope_key TEXT COLLATE "C" NOT NULL, session_id TEXT NOT NULL, model TEXT,
+    permission_mode TEXT, requested_model TEXT, requested_permission_mode TEXT,
+    standing_context_sent BOOLEAN NOT NULL DEFAULT FALSE, delivered_event_ids TEXT,
+    last_used_ms BIGINT NOT NULL, PRIMARY KEY (scope_id, scope_key));
+CREATE INDEX buzz_receipts_lru ON buzz_receipts (scope_id, last_used_ms, scope_key);
+"#;
+
+const OLD_UPSERT: &str = "INSERT INTO buzz_receipts (scope_id, scope_key, session_id, model,
+         permission_mode, requested_model, requested_permission_mode,
+         standing_context_sent, delivered_event_ids, last_used_ms)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+     ON CONFLICT (scope_id, scope_key) DO UPDATE SET
+         session_id = excluded.session_id, model = excluded.model,
+         permission_mode = excluded.permission_mode,
+         requested_model = excluded.requested_model,
+         requested_permission_mode = excluded.requested_permission_mode,
+         standing_context_sent = excluded.standing_context_sent,
+         delivered_event_ids = excluded.delivered_event_ids,
+         last_used_ms = excluded.last_used_ms";
+
+const OLD_SELECT: &str = "SELECT scope_key, session_id, model, permission_mode, requested_model,
+         requested_permission_mode, standing_context_sent, delivered_event_ids, last_used_ms
+     FROM buzz_receipts WHERE scope_id = $1 AND scope_key = $2";
+
+fn old_put(old: &mut postgres::Client, scope_id: i64, session: &str, used: i64) {
+    old.execute(
+        OLD_UPSERT,
+        &[
+            &scope_id,
+            &thread(1).to_storage_key(),
+            &session,
+            &Some("opus"),
+            &None::<String>,
+            &Some("opus"),
+            &Some("plan"),
+            &false,
+            &None::<String>,
+            &used,
+        ],
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_revision_0_database_is_migrated_and_the_old_harness_keeps_working_beside_it() {
+    let Some(m) = medium() else { return };
+    let url = pg_url(&m);
+    let mut old = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    old.batch_execute(OLD_SCHEMA).unwrap();
+    let scope_id: i64 = old
+        .query_one(
+            "INSERT INTO buzz_receipt_scopes (relay, agent_pubkey, receipts) VALUES ($1, $2, 1)
+             RETURNING id",
+            &[&scope().relay, &scope().agent_pubkey],
+        )
+        .unwrap()
+        .get(0);
+    old_put(&mut old, scope_id, "s-1", 1);
+    // Prepared before the upgrade, as a running old harness holds its statements.
+    let old_select = old.prepare(OLD_SELECT).unwrap();
+
+    let reader = PgStore::open_read_only(&url, scope(), KeyScheme::Scope).unwrap();
+    assert_eq!(reader.revision(), 0);
+    assert_eq!(reader.get(&thread(1)).unwrap().unwrap().session_id, "s-1");
+    drop(reader);
+
+    let new = PgStore::open(&url, scope(), KeyScheme::Scope, 10).unwrap();
+    assert_eq!(new.revision(), 1);
+    let version: i64 = old
+        .query_one("SELECT version FROM buzz_receipt_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 1, "the old harness still accepts the database");
+    assert_eq!(new.get(&thread(1)).unwrap().unwrap().turns, None);
+    new.commit_turn(&thread(1), &commit("s-1", &["e1"], 3), UnixMillis(2))
+        .unwrap();
+    assert_eq!(new.get(&thread(1)).unwrap().unwrap().turns, Some(3));
+
+    // The old harness replaces the session with its own write path.
+    old_put(&mut old, scope_id, "s-2", 3);
+    let row = old
+        .query_one(&old_select, &[&scope_id, &thread(1).to_storage_key()])
+        .unwrap();
+    assert_eq!(row.get::<_, String>(1), "s-2", "its reads still work");
+    let read = new.get(&thread(1)).unwrap().unwrap();
+    assert_eq!(read.session_id, "s-2");
+    assert_eq!(
+        read.turns, None,
+        "no stale count attached to the new session"
+    );
+    assert_eq!(
+        new.commit_turn(&thread(1), &commit("s-2", &["y"], 1), UnixMillis(5))
+            .unwrap(),
+        CommitOutcome::Written
+    );
+    assert_eq!(new.get(&thread(1)).unwrap().unwrap().turns, Some(1));
 }

@@ -10,9 +10,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use buzz_session_store::{
-    Backend, KeyScheme, PutOutcome, ReceiptStore, SqliteStore, StoreError, UnixMillis,
+    Backend, Expect, KeyScheme, PutOutcome, ReceiptStore, SqliteStore, StoreError, UnixMillis,
 };
-use contract::{Medium, record, scope, thread};
+use contract::{Medium, commit, put_new, record, scope, thread};
 
 fn medium() -> Option<Medium> {
     let state_dir = tempfile::tempdir().unwrap();
@@ -39,7 +39,7 @@ fn files_are_owner_only_and_a_clean_close_leaves_only_the_database() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let store = open(&db_path(&state)).unwrap();
-    store.put(&thread(1), &record("s"), UnixMillis(1)).unwrap();
+    put_new(&store, &thread(1), "s", 1);
     assert_eq!(
         fs::metadata(&state).unwrap().permissions().mode() & 0o777,
         0o700
@@ -83,7 +83,7 @@ fn a_file_that_is_not_a_database_is_moved_aside_and_replaced() {
     let garbage = vec![0x5a_u8; 8192];
     fs::write(&path, &garbage).unwrap();
     let store = open(&path).unwrap();
-    store.put(&thread(1), &record("s"), UnixMillis(1)).unwrap();
+    put_new(&store, &thread(1), "s", 1);
     let moved: Vec<_> = fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -123,7 +123,7 @@ fn an_unreadable_row_is_reported_with_its_key_and_a_put_replaces_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = db_path(dir.path());
     let store = open(&path).unwrap();
-    store.put(&thread(1), &record("s"), UnixMillis(1)).unwrap();
+    put_new(&store, &thread(1), "s", 1);
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute("UPDATE buzz_receipts SET delivered_event_ids = 'nope'", [])
@@ -134,9 +134,15 @@ fn an_unreadable_row_is_reported_with_its_key_and_a_put_replaces_it() {
         matches!(&err, StoreError::CorruptRow { key, .. } if *key == thread(1).to_storage_key()),
         "{err:?}"
     );
+    // A harness that cannot read the receipt replaces it, bounded by the time it decided.
     assert_eq!(
         store
-            .put(&thread(1), &record("s-2"), UnixMillis(2))
+            .put(
+                &thread(1),
+                &record("s-2"),
+                &Expect::NotWrittenSince(UnixMillis(2)),
+                UnixMillis(2)
+            )
             .unwrap(),
         PutOutcome::Written {
             created: false,
@@ -158,16 +164,7 @@ fn writer_child() {
     let store = open(Path::new(&db)).unwrap();
     for i in 0..count {
         let n = 1 + id * count + i;
-        let outcome = store
-            .put(&thread(n), &record(&format!("s-{n}")), UnixMillis(n as u64))
-            .unwrap();
-        assert_eq!(
-            outcome,
-            PutOutcome::Written {
-                created: true,
-                evicted: 0
-            }
-        );
+        put_new(&store, &thread(n), &format!("s-{n}"), n as u64);
     }
 }
 
@@ -197,4 +194,131 @@ fn two_processes_writing_at_once_lose_nothing() {
     assert_eq!(store.len().unwrap(), 2 * COUNT);
     assert_eq!(store.receipts().unwrap().len(), 2 * COUNT);
     store.integrity_check().unwrap();
+}
+
+/// The schema and the writes of the harness that predates schema revision 1, as it ran them.
+const OLD_SCHEMA: &str = "
+CREATE TABLE buzz_receipt_scopes (
+    id INTEGER PRIMARY KEY, relay TEXT NOT NULL, agent_pubkey TEXT NOT NULL,
+    receipts INTEGER NOT NULL DEFAULT 0, UNIQUE (relay, agent_pubkey));
+CREATE TABLE buzz_receipts (
+    id INTEGER PRIMARY KEY,
+    scope_id INTEGER NOT NULL REFERENCES buzz_receipt_scopes (id),
+    scope_key TEXT NOT NULL, session_id TEXT NOT NULL, model TEXT, permission_mode TEXT,
+    requested_model TEXT, requested_permission_mode TEXT,
+    standing_context_sent INTEGER NOT NULL DEFAULT 0, delivered_event_ids TEXT,
+    last_used_ms INTEGER NOT NULL, UNIQUE (scope_id, scope_key));
+CREATE INDEX buzz_receipts_lru ON buzz_receipts (scope_id, last_used_ms, scope_key);
+PRAGMA user_version = 1;
+";
+
+const OLD_UPSERT: &str = "INSERT INTO buzz_receipts (scope_id, scope_key, session_id, model,
+         permission_mode, requested_model, requested_permission_mode, standing_context_sent,
+         delivered_event_ids, last_used_ms)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+     ON CONFLICT (scope_id, scope_key) DO UPDATE SET
+         session_id = excluded.session_id, model = excluded.model,
+         permission_mode = excluded.permission_mode,
+         requested_model = excluded.requested_model,
+         requested_permission_mode = excluded.requested_permission_mode,
+         standing_context_sent = excluded.standing_context_sent,
+         delivered_event_ids = excluded.delivered_event_ids,
+         last_used_ms = excluded.last_used_ms";
+
+const OLD_COMMIT: &str = "UPDATE buzz_receipts SET standing_context_sent = ?4,
+         delivered_event_ids = ?5, last_used_ms = ?6
+     WHERE scope_id = ?1 AND scope_key = ?2 AND session_id = ?3";
+
+/// What the old harness checks at open: the schema version it knows, exactly.
+fn old_harness_accepts(conn: &rusqlite::Connection) -> bool {
+    conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))
+        .unwrap()
+        == 1
+}
+
+fn old_put(conn: &rusqlite::Connection, session: &str, used: i64) {
+    conn.execute(
+        OLD_UPSERT,
+        rusqlite::params![
+            1,
+            thread(1).to_storage_key(),
+            session,
+            "opus",
+            None::<String>,
+            "opus",
+            "plan",
+            false,
+            None::<String>,
+            used
+        ],
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_revision_0_database_is_migrated_and_the_old_harness_keeps_working_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(dir.path());
+    let old = rusqlite::Connection::open(&path).unwrap();
+    old.execute_batch(OLD_SCHEMA).unwrap();
+    old.execute(
+        "INSERT INTO buzz_receipt_scopes (relay, agent_pubkey, receipts) VALUES (?1, ?2, 1)",
+        rusqlite::params![scope().relay, scope().agent_pubkey],
+    )
+    .unwrap();
+    old_put(&old, "s-1", 1);
+
+    // A reader before the upgrade sees the old receipt, and changes nothing.
+    let reader = SqliteStore::open_read_only(&path, scope(), KeyScheme::Scope).unwrap();
+    assert_eq!(reader.revision(), 0);
+    assert_eq!(reader.get(&thread(1)).unwrap().unwrap().session_id, "s-1");
+    drop(reader);
+
+    let new = open(&path).unwrap();
+    assert_eq!(new.revision(), 1);
+    assert!(old_harness_accepts(&old), "the old harness still opens it");
+    let read = new.get(&thread(1)).unwrap().unwrap();
+    assert_eq!(read.session_id, "s-1");
+    assert_eq!(read.turns, None, "unknown for a row the old harness wrote");
+    new.commit_turn(&thread(1), &commit("s-1", &["e1"], 3), UnixMillis(2))
+        .unwrap();
+    assert_eq!(new.get(&thread(1)).unwrap().unwrap().turns, Some(3));
+
+    // The old harness replaces the session with its own write path: the new fields it does not
+    // know must not be read as the new session's.
+    old_put(&old, "s-2", 3);
+    let read = new.get(&thread(1)).unwrap().unwrap();
+    assert_eq!(read.session_id, "s-2");
+    assert_eq!(read.turns, None);
+    assert_eq!(read.delivery, None);
+    // Its commits still land, and the new harness's commits on the old harness's session too.
+    old.execute(
+        OLD_COMMIT,
+        rusqlite::params![1, thread(1).to_storage_key(), "s-2", true, r#"["x"]"#, 4],
+    )
+    .unwrap();
+    let read = new.get(&thread(1)).unwrap().unwrap();
+    assert_eq!(read.delivery.unwrap().delivered_event_ids, ["x"]);
+    assert_eq!(
+        new.commit_turn(&thread(1), &commit("s-2", &["y"], 1), UnixMillis(5))
+            .unwrap(),
+        buzz_session_store::CommitOutcome::Written
+    );
+    let read = new.get(&thread(1)).unwrap().unwrap();
+    assert_eq!(read.turns, Some(1));
+    assert!(read.delivery.unwrap().standing_context_sent);
+    new.integrity_check().unwrap();
+}
+
+#[test]
+fn a_read_only_open_of_a_missing_database_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(dir.path());
+    let err = SqliteStore::open_read_only(&path, scope(), KeyScheme::Scope).unwrap_err();
+    assert!(matches!(err, StoreError::NotFound { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
 }

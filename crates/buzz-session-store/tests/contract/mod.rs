@@ -7,16 +7,19 @@
 
 #![allow(dead_code)]
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use buzz_session_store::{
-    Backend, ChannelRemoval, CommitOutcome, DeliveryRecord, ImportOutcome, KeyScheme,
-    MAX_DELIVERED_IDS_PER_SCOPE, Migration, Opened, PutOutcome, ReceiptStore, Removal, ScopeKey,
-    SessionRecord, SessionStore, StoreConfig, StoreError, StoreScope, UnixMillis, open_with_report,
+    Backend, ChannelRemoval, CommitOutcome, DeliveryRecord, Expect, ForgetOutcome, Handoff,
+    ImportOutcome, KeyScheme, MAX_HANDOFF_TEXT_BYTES, Migration, OpenMode, Opened, PutOutcome,
+    ReceiptStore, Removal, Retirement, ScopeKey, SessionRecord, StoreConfig, StoreError,
+    StoreScope, StoredReceipt, TOMBSTONE_RETENTION, TurnCommit, UnixMillis, Usage, WriteRefusal,
+    open_backend, open_with_report, store_scopes,
 };
+use serde_json::json;
 
 pub const CHANNEL: &str = "0b9f3a52-6c1e-4d2a-9f00-1234567890ab";
 pub const OTHER_CHANNEL: &str = "11111111-2222-4333-8444-555555555555";
@@ -103,8 +106,27 @@ pub fn ids(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
 
-pub fn window(items: &[&str]) -> HashSet<String> {
-    items.iter().map(|s| (*s).to_owned()).collect()
+/// A turn commit of `session` that leaves `delivered` as the ledger, counting `turns`.
+pub fn commit(session: &str, delivered: &[&str], turns: u32) -> TurnCommit {
+    TurnCommit {
+        session_id: session.into(),
+        delivered_event_ids: ids(delivered),
+        standing_context_sent: false,
+        turns: Some(turns),
+        usage: None,
+        handoff_delivered: false,
+    }
+}
+
+/// `put` of a new receipt for `session` (expecting none), which must be written.
+pub fn put_new(store: &dyn ReceiptStore, key: &ScopeKey, session: &str, now: u64) {
+    let outcome = store
+        .put(key, &record(session), &Expect::Absent, UnixMillis(now))
+        .unwrap();
+    assert!(
+        matches!(outcome, PutOutcome::Written { created: true, .. }),
+        "{outcome:?}"
+    );
 }
 
 pub fn record(session: &str) -> SessionRecord {
@@ -181,8 +203,19 @@ pub fn a_put_is_read_back_by_every_handle_and_survives_reopen(m: &Medium) {
         standing_context_sent: true,
         delivered_event_ids: ids(&["e2", "e1", "e1", ""]),
     });
+    r.turns = Some(7);
+    r.usage = Some(Usage {
+        used_tokens: 5_000,
+        context_tokens: Some(200_000),
+    });
+    r.handoff = Some(Handoff {
+        text: "we were fixing the parser; tests in crates/x".into(),
+        reason: "context-full".into(),
+        from_session_id: "s-0".into(),
+    });
     assert_eq!(
-        a.put(&thread(1), &r, UnixMillis(10)).unwrap(),
+        a.put(&thread(1), &r, &Expect::Absent, UnixMillis(10))
+            .unwrap(),
         written(true)
     );
     let mut normalized = r.clone();
@@ -206,49 +239,79 @@ pub fn a_put_is_read_back_by_every_handle_and_survives_reopen(m: &Medium) {
     assert_eq!(listed[0].last_used, UnixMillis(10));
 }
 
-pub fn a_put_replaces_and_says_whether_it_created(m: &Medium) {
+pub fn a_put_replaces_what_it_expected_and_says_whether_it_created(m: &Medium) {
     let store = m.open();
+    put_new(store.as_ref(), &thread(1), "s-1", 1);
     assert_eq!(
         store
-            .put(&thread(1), &record("s-1"), UnixMillis(1))
-            .unwrap(),
-        written(true)
-    );
-    assert_eq!(
-        store
-            .put(&thread(1), &record("s-2"), UnixMillis(2))
+            .put(
+                &thread(1),
+                &record("s-2"),
+                &Expect::Session("s-1".into()),
+                UnixMillis(2)
+            )
             .unwrap(),
         written(false)
     );
     assert_eq!(store.get(&thread(1)).unwrap(), Some(record("s-2")));
-    // An identical put still refreshes recency, which is a write.
+    // An in-place change (same session, new model) rewrites it and refreshes recency.
+    let mut changed = record("s-2");
+    changed.model = Some("sonnet".into());
+    changed.requested_model = Some("sonnet".into());
     assert_eq!(
         store
-            .put(&thread(1), &record("s-2"), UnixMillis(3))
+            .put(
+                &thread(1),
+                &changed,
+                &Expect::Session("s-2".into()),
+                UnixMillis(3)
+            )
             .unwrap(),
         written(false)
     );
+    assert_eq!(store.get(&thread(1)).unwrap(), Some(changed.clone()));
     assert_eq!(store.receipts().unwrap()[0].last_used, UnixMillis(3));
     assert_eq!(store.len().unwrap(), 1);
     // Spellings of one key share one receipt.
     let upper = ScopeKey::thread(CHANNEL.to_uppercase(), root(1).to_uppercase());
-    assert_eq!(store.get(&upper).unwrap(), Some(record("s-2")));
+    assert_eq!(store.get(&upper).unwrap(), Some(changed));
 }
 
 pub fn invalid_puts_are_refused_and_write_nothing(m: &Medium) {
     let store = m.open();
     let bad_key = ScopeKey::conversation("general");
     assert!(matches!(
-        store.put(&bad_key, &record("s"), UnixMillis(1)),
+        store.put(&bad_key, &record("s"), &Expect::Absent, UnixMillis(1)),
         Err(StoreError::Invalid { .. })
     ));
     assert!(matches!(
-        store.put(&thread(1), &record("  "), UnixMillis(1)),
+        store.put(&thread(1), &record("  "), &Expect::Absent, UnixMillis(1)),
         Err(StoreError::Invalid { .. })
     ));
-    let bad_import = [(thread(2), record("ok")), (thread(3), record(""))];
+    let mut oversize = record("s");
+    oversize.handoff = Some(Handoff {
+        text: "x".repeat(MAX_HANDOFF_TEXT_BYTES + 1),
+        reason: "r".into(),
+        from_session_id: "old".into(),
+    });
     assert!(matches!(
-        store.import(&bad_import, UnixMillis(1)),
+        store.put(&thread(1), &oversize, &Expect::Absent, UnixMillis(1)),
+        Err(StoreError::Invalid { .. })
+    ));
+    let bad_import = [
+        StoredReceipt {
+            key: thread(2),
+            record: record("ok"),
+            last_used: UnixMillis(1),
+        },
+        StoredReceipt {
+            key: thread(3),
+            record: record(""),
+            last_used: UnixMillis(1),
+        },
+    ];
+    assert!(matches!(
+        store.import(&bad_import),
         Err(StoreError::Invalid { .. })
     ));
     assert!(store.is_empty().unwrap());
@@ -256,48 +319,154 @@ pub fn invalid_puts_are_refused_and_write_nothing(m: &Medium) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Removal
+// Conditional writes
 // ---------------------------------------------------------------------------------------------
 
-pub fn remove_reports_what_it_removed(m: &Medium) {
+pub fn a_put_is_refused_when_its_expectation_does_not_hold(m: &Medium) {
     let store = m.open();
-    store
-        .put(&thread(1), &record("s-1"), UnixMillis(1))
-        .unwrap();
+    put_new(store.as_ref(), &thread(1), "s-1", 10);
+    let refused = |expect: Expect, now: u64| {
+        store
+            .put(&thread(1), &record("late"), &expect, UnixMillis(now))
+            .unwrap()
+    };
+    let conflict = PutOutcome::Conflict {
+        stored: Some("s-1".into()),
+    };
+    assert_eq!(refused(Expect::Absent, 20), conflict);
+    assert_eq!(refused(Expect::Session("s-0".into()), 20), conflict);
     assert_eq!(
-        store.remove(&thread(1)).unwrap(),
-        Removal::Removed {
-            session_id: "s-1".into()
-        }
+        refused(Expect::NotWrittenSince(UnixMillis(9)), 20),
+        conflict
     );
-    assert_eq!(store.get(&thread(1)).unwrap(), None);
-    assert_eq!(store.remove(&thread(1)).unwrap(), Removal::Absent);
-    assert!(store.is_empty().unwrap());
+    assert_eq!(
+        store
+            .put(
+                &thread(2),
+                &record("late"),
+                &Expect::Session("s-0".into()),
+                UnixMillis(20)
+            )
+            .unwrap(),
+        PutOutcome::Conflict { stored: None },
+        "expected a session where there is none"
+    );
+    assert_eq!(store.get(&thread(1)).unwrap(), Some(record("s-1")));
+    assert_eq!(store.receipts().unwrap()[0].last_used, UnixMillis(10));
+    assert_eq!(store.len().unwrap(), 1);
+    // Whatever is stored was written at or before the bound: replaced.
+    assert_eq!(
+        store
+            .put(
+                &thread(1),
+                &record("s-2"),
+                &Expect::NotWrittenSince(UnixMillis(10)),
+                UnixMillis(20)
+            )
+            .unwrap(),
+        written(false)
+    );
+    assert_eq!(
+        store
+            .put(
+                &thread(3),
+                &record("s-3"),
+                &Expect::NotWrittenSince(UnixMillis(10)),
+                UnixMillis(20)
+            )
+            .unwrap(),
+        written(true),
+        "nothing stored satisfies the bound"
+    );
+    assert_count_is_true(store.as_ref());
 }
 
-pub fn remove_if_session_only_removes_the_named_session(m: &Medium) {
+pub fn a_write_replayed_after_an_outage_never_overwrites_a_newer_receipt(m: &Medium) {
+    // Harness A read s-1 at t=10 and queued its successor's receipt while the store was out of
+    // reach; meanwhile harness B (another process) replaced the receipt at t=30.
+    let a = m.open();
+    let b = m.open();
+    put_new(a.as_ref(), &thread(1), "s-1", 10);
+    b.put(
+        &thread(1),
+        &record("b-2"),
+        &Expect::Session("s-1".into()),
+        UnixMillis(30),
+    )
+    .unwrap();
+    assert_eq!(
+        a.put(
+            &thread(1),
+            &record("a-2"),
+            &Expect::Session("s-1".into()),
+            UnixMillis(20)
+        )
+        .unwrap(),
+        PutOutcome::Conflict {
+            stored: Some("b-2".into())
+        }
+    );
+    // A could not read the receipt at t=20 and decided to replace whatever was there.
+    assert_eq!(
+        a.put(
+            &thread(1),
+            &record("a-2"),
+            &Expect::NotWrittenSince(UnixMillis(20)),
+            UnixMillis(20)
+        )
+        .unwrap(),
+        PutOutcome::Conflict {
+            stored: Some("b-2".into())
+        }
+    );
+    assert_eq!(
+        a.commit_turn(&thread(1), &commit("s-1", &["e"], 1), UnixMillis(21))
+            .unwrap(),
+        CommitOutcome::Conflict {
+            stored: Some("b-2".into())
+        }
+    );
+    assert_eq!(session_of(b.as_ref(), &thread(1)), "b-2");
+    assert_eq!(b.receipts().unwrap()[0].last_used, UnixMillis(30));
+}
+
+pub fn remove_is_conditional_and_reports_what_it_removed(m: &Medium) {
     let store = m.open();
     assert_eq!(
-        store.remove_if_session(&thread(1), "s-1").unwrap(),
+        store
+            .remove(&thread(1), &Expect::Session("s-1".into()))
+            .unwrap(),
         Removal::Absent
     );
-    store
-        .put(&thread(1), &record("s-2"), UnixMillis(1))
-        .unwrap();
+    put_new(store.as_ref(), &thread(1), "s-2", 5);
     assert_eq!(
-        store.remove_if_session(&thread(1), "s-1").unwrap(),
-        Removal::OtherSession {
+        store
+            .remove(&thread(1), &Expect::Session("s-1".into()))
+            .unwrap(),
+        Removal::Conflict {
+            stored_session_id: "s-2".into()
+        }
+    );
+    assert_eq!(
+        store
+            .remove(&thread(1), &Expect::NotWrittenSince(UnixMillis(4)))
+            .unwrap(),
+        Removal::Conflict {
             stored_session_id: "s-2".into()
         }
     );
     assert_eq!(store.get(&thread(1)).unwrap(), Some(record("s-2")));
     assert_eq!(
-        store.remove_if_session(&thread(1), "s-2").unwrap(),
+        store
+            .remove(&thread(1), &Expect::Session("s-2".into()))
+            .unwrap(),
         Removal::Removed {
             session_id: "s-2".into()
         }
     );
     assert_eq!(store.get(&thread(1)).unwrap(), None);
+    // A removal leaves no tombstone: a new receipt needs no later time.
+    put_new(store.as_ref(), &thread(1), "s-3", 1);
     assert_count_is_true(store.as_ref());
 }
 
@@ -314,73 +483,92 @@ pub fn remove_channel_removes_the_channel_and_its_threads_only(m: &Medium) {
     .iter()
     .enumerate()
     {
-        store
-            .put(key, &record(&format!("s-{i}")), UnixMillis(1))
-            .unwrap();
+        put_new(store.as_ref(), key, &format!("s-{i}"), 1);
     }
     assert_eq!(
-        store.remove_channel(&CHANNEL.to_uppercase()).unwrap(),
+        store
+            .remove_channel(&CHANNEL.to_uppercase(), UnixMillis(10))
+            .unwrap(),
         ChannelRemoval::Removed(3)
     );
     assert_eq!(
         keys(store.as_ref()),
         sorted([other_thread, ScopeKey::conversation(OTHER_CHANNEL)])
     );
+    // The removed receipts stay removed for writes decided before the removal.
     assert_eq!(
-        store.remove_channel(CHANNEL).unwrap(),
+        store
+            .commit_turn(&thread(1), &commit("s-1", &["e"], 1), UnixMillis(9))
+            .unwrap(),
+        CommitOutcome::Forgotten { at: UnixMillis(10) }
+    );
+    assert_eq!(
+        store
+            .put(&thread(2), &record("late"), &Expect::Absent, UnixMillis(9))
+            .unwrap(),
+        PutOutcome::Forgotten { at: UnixMillis(10) }
+    );
+    assert_eq!(
+        store.remove_channel(CHANNEL, UnixMillis(11)).unwrap(),
         ChannelRemoval::Removed(0)
     );
     assert_count_is_true(store.as_ref());
 }
 
 // ---------------------------------------------------------------------------------------------
-// Delivery commits
+// Turn commits
 // ---------------------------------------------------------------------------------------------
 
-pub fn commit_delivery_reports_each_outcome_truthfully(m: &Medium) {
+pub fn commit_turn_reports_each_outcome_truthfully(m: &Medium) {
     let store = m.open();
-    let w = window(&["e1", "e2", "e3"]);
     assert_eq!(
         store
-            .commit_delivery(&thread(1), "s-1", false, &ids(&["e1"]), &w, UnixMillis(5))
+            .commit_turn(&thread(1), &commit("s-1", &["e1"], 1), UnixMillis(5))
             .unwrap(),
-        CommitOutcome::NoReceipt
+        CommitOutcome::Conflict { stored: None }
     );
     assert!(
         store.is_empty().unwrap(),
         "a commit never creates a receipt"
     );
 
+    let mut with_handoff = record("s-1");
+    with_handoff.handoff = Some(Handoff {
+        text: "pick up the failing test".into(),
+        reason: "rotation".into(),
+        from_session_id: "s-0".into(),
+    });
     store
-        .put(&thread(1), &record("s-1"), UnixMillis(1))
+        .put(&thread(1), &with_handoff, &Expect::Absent, UnixMillis(1))
         .unwrap();
+    let mut first = commit("s-1", &["e1", "e2"], 1);
+    first.usage = Some(Usage {
+        used_tokens: 900,
+        context_tokens: Some(100_000),
+    });
     assert_eq!(
         store
-            .commit_delivery(
-                &thread(1),
-                "s-1",
-                false,
-                &ids(&["e1", "e2"]),
-                &w,
-                UnixMillis(5)
-            )
+            .commit_turn(&thread(1), &first, UnixMillis(5))
             .unwrap(),
         CommitOutcome::Written
     );
-    let ledger = |store: &dyn ReceiptStore| store.get(&thread(1)).unwrap().unwrap().delivery;
+    let stored = store.get(&thread(1)).unwrap().unwrap();
     assert_eq!(
-        ledger(store.as_ref()),
+        stored.delivery,
         Some(DeliveryRecord {
             standing_context_sent: false,
             delivered_event_ids: ids(&["e1", "e2"]),
         })
     );
+    assert_eq!(stored.turns, Some(1));
+    assert_eq!(stored.usage, first.usage);
+    assert!(stored.handoff.is_some(), "not delivered yet");
     assert_eq!(
         store
-            .commit_delivery(&thread(1), "s-1", false, &ids(&["e2"]), &w, UnixMillis(6))
+            .commit_turn(&thread(1), &first, UnixMillis(6))
             .unwrap(),
         CommitOutcome::Unchanged,
-        "the ledger already holds these ids"
+        "the receipt already says this"
     );
     assert_eq!(
         store.receipts().unwrap()[0].last_used,
@@ -388,100 +576,122 @@ pub fn commit_delivery_reports_each_outcome_truthfully(m: &Medium) {
         "recency still refreshed"
     );
 
-    // Standing context is ORed in and never cleared; ids that left the window are dropped.
+    // The ledger is replaced by what the lifecycle keeps; standing context is ORed in and never
+    // cleared; a delivered handoff is cleared.
+    let mut second = commit("s-1", &["e3"], 2);
+    second.standing_context_sent = true;
+    second.handoff_delivered = true;
     assert_eq!(
         store
-            .commit_delivery(
-                &thread(1),
-                "s-1",
-                true,
-                &ids(&["e3"]),
-                &window(&["e2"]),
-                UnixMillis(7)
-            )
+            .commit_turn(&thread(1), &second, UnixMillis(7))
             .unwrap(),
         CommitOutcome::Written
     );
+    let stored = store.get(&thread(1)).unwrap().unwrap();
     assert_eq!(
-        ledger(store.as_ref()),
+        stored.delivery,
         Some(DeliveryRecord {
             standing_context_sent: true,
-            delivered_event_ids: ids(&["e2", "e3"]),
+            delivered_event_ids: ids(&["e3"]),
         })
     );
+    assert_eq!(stored.turns, Some(2));
+    assert_eq!(stored.usage, None, "usage is replaced too");
+    assert_eq!(stored.handoff, None);
     store
-        .commit_delivery(&thread(1), "s-1", false, &[], &window(&[]), UnixMillis(8))
+        .commit_turn(&thread(1), &commit("s-1", &[], 3), UnixMillis(8))
         .unwrap();
-    assert!(ledger(store.as_ref()).unwrap().standing_context_sent);
+    let stored = store.get(&thread(1)).unwrap().unwrap();
+    assert!(stored.delivery.unwrap().standing_context_sent);
 }
 
-pub fn the_ledger_stays_bounded_per_scope(m: &Medium) {
+pub fn a_retired_receipt_keeps_its_handoff_for_the_successor(m: &Medium) {
     let store = m.open();
+    put_new(store.as_ref(), &thread(1), "s-1", 1);
+    // Rotation: the receipt still names s-1, marked retired, holding the handoff for the next
+    // session.
+    let mut retired = record("s-1");
+    retired.retired = Some(Retirement {
+        reason: "context-full".into(),
+    });
+    retired.handoff = Some(Handoff {
+        text: "summary of s-1".into(),
+        reason: "context-full".into(),
+        from_session_id: "s-1".into(),
+    });
+    assert_eq!(
+        store
+            .put(
+                &thread(1),
+                &retired,
+                &Expect::Session("s-1".into()),
+                UnixMillis(2)
+            )
+            .unwrap(),
+        written(false)
+    );
+    assert_eq!(store.get(&thread(1)).unwrap(), Some(retired.clone()));
+    // A late commit of the retired session leaves the retirement and the handoff alone.
     store
-        .put(&thread(1), &record("s-1"), UnixMillis(1))
+        .commit_turn(&thread(1), &commit("s-1", &["x"], 4), UnixMillis(3))
         .unwrap();
-    let many: Vec<String> = (0..MAX_DELIVERED_IDS_PER_SCOPE + 100)
-        .map(|i| format!("e{i:05}"))
-        .collect();
-    let live: HashSet<String> = many.iter().cloned().collect();
+    let kept = store.get(&thread(1)).unwrap().unwrap();
+    assert_eq!(kept.retired, retired.retired);
+    assert_eq!(kept.handoff, retired.handoff);
+    // The successor's receipt replaces it, carrying the handoff until it is delivered.
+    let mut successor = record("s-2");
+    successor.handoff = retired.handoff.clone();
+    successor.turns = Some(0);
     store
-        .commit_delivery(&thread(1), "s-1", false, &many, &live, UnixMillis(2))
-        .unwrap();
-    let ledger = delivered(store.as_ref(), &thread(1));
-    assert_eq!(ledger.len(), MAX_DELIVERED_IDS_PER_SCOPE);
-    assert!(ledger.contains(&many[many.len() - 1]));
-    assert!(!ledger.contains(&many[0]), "the oldest new ids go first");
-    // Other scopes' ledgers are never shed to make room.
-    store
-        .put(&thread(2), &record("s-2"), UnixMillis(3))
-        .unwrap();
-    store
-        .commit_delivery(
-            &thread(2),
-            "s-2",
-            false,
-            &ids(&["x"]),
-            &window(&[]),
+        .put(
+            &thread(1),
+            &successor,
+            &Expect::Session("s-1".into()),
             UnixMillis(4),
         )
         .unwrap();
-    assert_eq!(
-        delivered(store.as_ref(), &thread(1)).len(),
-        MAX_DELIVERED_IDS_PER_SCOPE
-    );
+    assert_eq!(store.get(&thread(1)).unwrap(), Some(successor));
+}
+
+pub fn oversize_ledgers_are_refused_not_cut(m: &Medium) {
+    let store = m.open();
+    put_new(store.as_ref(), &thread(1), "s-1", 1);
+    let many: Vec<String> = (0..=buzz_session_store::MAX_LEDGER_IDS)
+        .map(|i| format!("e{i:05}"))
+        .collect();
+    let mut big = commit("s-1", &[], 1);
+    big.delivered_event_ids = many;
+    assert!(matches!(
+        store.commit_turn(&thread(1), &big, UnixMillis(2)),
+        Err(StoreError::Invalid { .. })
+    ));
+    assert_eq!(store.get(&thread(1)).unwrap(), Some(record("s-1")));
 }
 
 pub fn a_late_commit_from_a_replaced_session_is_refused(m: &Medium) {
     // Handle A loaded s-1; handle B (another process) replaced it with s-2 meanwhile.
     let a = m.open();
     let b = m.open();
-    a.put(&thread(1), &record("s-1"), UnixMillis(1)).unwrap();
-    b.put(&thread(1), &record("s-2"), UnixMillis(2)).unwrap();
-    b.commit_delivery(
+    put_new(a.as_ref(), &thread(1), "s-1", 1);
+    b.put(
         &thread(1),
-        "s-2",
-        false,
-        &ids(&["mine"]),
-        &window(&[]),
-        UnixMillis(3),
+        &record("s-2"),
+        &Expect::Session("s-1".into()),
+        UnixMillis(2),
     )
     .unwrap();
+    b.commit_turn(&thread(1), &commit("s-2", &["mine"], 1), UnixMillis(3))
+        .unwrap();
     assert_eq!(
-        a.commit_delivery(
-            &thread(1),
-            "s-1",
-            true,
-            &ids(&["stale"]),
-            &window(&["mine"]),
-            UnixMillis(4)
-        )
-        .unwrap(),
-        CommitOutcome::OtherSession {
-            stored_session_id: "s-2".into()
+        a.commit_turn(&thread(1), &commit("s-1", &["stale"], 9), UnixMillis(4))
+            .unwrap(),
+        CommitOutcome::Conflict {
+            stored: Some("s-2".into())
         }
     );
     let kept = b.get(&thread(1)).unwrap().unwrap();
     assert_eq!(kept.session_id, "s-2");
+    assert_eq!(kept.turns, Some(1));
     assert_eq!(
         kept.delivery,
         Some(DeliveryRecord {
@@ -493,6 +703,176 @@ pub fn a_late_commit_from_a_replaced_session_is_refused(m: &Medium) {
         b.receipts().unwrap()[0].last_used,
         UnixMillis(3),
         "a refused commit changes nothing"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forget and tombstones
+// ---------------------------------------------------------------------------------------------
+
+pub fn a_forget_wins_against_queued_writes(m: &Medium) {
+    let harness = m.open();
+    let operator = m.open();
+    put_new(harness.as_ref(), &thread(1), "s-1", 10);
+    // The operator forgets the thread at t=20 while the harness holds writes decided at t=15.
+    assert_eq!(
+        operator
+            .forget(
+                &thread(1),
+                &Expect::NotWrittenSince(UnixMillis(20)),
+                UnixMillis(20)
+            )
+            .unwrap(),
+        ForgetOutcome::Forgotten {
+            session_id: Some("s-1".into())
+        }
+    );
+    assert_eq!(harness.get(&thread(1)).unwrap(), None);
+    assert!(harness.receipts().unwrap().is_empty());
+    assert!(harness.is_empty().unwrap());
+    let gone = UnixMillis(20);
+    assert_eq!(
+        harness
+            .commit_turn(&thread(1), &commit("s-1", &["e"], 2), UnixMillis(15))
+            .unwrap(),
+        CommitOutcome::Forgotten { at: gone }
+    );
+    for expect in [
+        Expect::Absent,
+        Expect::Session("s-1".into()),
+        Expect::NotWrittenSince(UnixMillis(15)),
+    ] {
+        assert_eq!(
+            harness
+                .put(&thread(1), &record("queued"), &expect, UnixMillis(15))
+                .unwrap(),
+            PutOutcome::Forgotten { at: gone },
+            "{expect:?}"
+        );
+    }
+    // The live session's next commit, decided after the forget, finds no receipt either: the
+    // harness drops the session and the thread starts fresh.
+    assert_eq!(
+        harness
+            .commit_turn(&thread(1), &commit("s-1", &["e"], 2), UnixMillis(25))
+            .unwrap(),
+        CommitOutcome::Forgotten { at: gone }
+    );
+    assert_eq!(
+        harness
+            .remove(&thread(1), &Expect::Session("s-1".into()))
+            .unwrap(),
+        Removal::Absent
+    );
+    assert_eq!(harness.get(&thread(1)).unwrap(), None);
+    // The thread's next message starts a new session, decided after the forget.
+    assert_eq!(
+        harness
+            .put(&thread(1), &record("s-2"), &Expect::Absent, UnixMillis(30))
+            .unwrap(),
+        written(true)
+    );
+    assert_eq!(session_of(operator.as_ref(), &thread(1)), "s-2");
+    assert_count_is_true(harness.as_ref());
+}
+
+pub fn forget_is_conditional_and_leaves_a_tombstone_even_without_a_receipt(m: &Medium) {
+    let store = m.open();
+    put_new(store.as_ref(), &thread(1), "s-1", 50);
+    // `forget --older-than`: only receipts not written since the cutoff.
+    assert_eq!(
+        store
+            .forget(
+                &thread(1),
+                &Expect::NotWrittenSince(UnixMillis(40)),
+                UnixMillis(60)
+            )
+            .unwrap(),
+        ForgetOutcome::Conflict {
+            stored_session_id: "s-1".into()
+        }
+    );
+    assert_eq!(session_of(store.as_ref(), &thread(1)), "s-1");
+    // A scope with no receipt yet: the tombstone still refuses writes decided before it.
+    assert_eq!(
+        store
+            .forget(
+                &thread(2),
+                &Expect::NotWrittenSince(UnixMillis(60)),
+                UnixMillis(60)
+            )
+            .unwrap(),
+        ForgetOutcome::Forgotten { session_id: None }
+    );
+    assert_eq!(
+        store
+            .put(
+                &thread(2),
+                &record("queued"),
+                &Expect::Absent,
+                UnixMillis(55)
+            )
+            .unwrap(),
+        PutOutcome::Forgotten { at: UnixMillis(60) }
+    );
+    // Forgetting again keeps the later time.
+    store
+        .forget(&thread(2), &Expect::Absent, UnixMillis(58))
+        .unwrap();
+    assert_eq!(
+        store
+            .put(
+                &thread(2),
+                &record("queued"),
+                &Expect::Absent,
+                UnixMillis(59)
+            )
+            .unwrap(),
+        PutOutcome::Forgotten { at: UnixMillis(60) }
+    );
+    assert!(matches!(
+        store.forget(
+            &ScopeKey::conversation("general"),
+            &Expect::Absent,
+            UnixMillis(1)
+        ),
+        Err(StoreError::Invalid { .. })
+    ));
+    assert_count_is_true(store.as_ref());
+}
+
+pub fn tombstones_are_purged_after_their_retention(m: &Medium) {
+    let store = m.open();
+    let retention = u64::try_from(TOMBSTONE_RETENTION.as_millis()).unwrap();
+    let t = 1_000;
+    store
+        .forget(&thread(1), &Expect::Absent, UnixMillis(t))
+        .unwrap();
+    assert_eq!(
+        store
+            .put(
+                &thread(1),
+                &record("old"),
+                &Expect::Absent,
+                UnixMillis(t - 1)
+            )
+            .unwrap(),
+        PutOutcome::Forgotten { at: UnixMillis(t) }
+    );
+    // A forget past the retention purges the old tombstone: it no longer refuses anything.
+    store
+        .forget(&thread(2), &Expect::Absent, UnixMillis(t + retention + 1))
+        .unwrap();
+    assert_eq!(
+        store
+            .put(
+                &thread(1),
+                &record("old"),
+                &Expect::Absent,
+                UnixMillis(t - 1)
+            )
+            .unwrap(),
+        written(true)
     );
 }
 
@@ -510,16 +890,11 @@ pub fn receipts_are_isolated_by_relay_and_by_agent_key(m: &Medium) {
         agent_pubkey: pubkey(),
     };
     let ours = m.open_with_cap(2);
-    let theirs_agent = m.open_scope(other_agent, KeyScheme::Scope, 2);
-    let theirs_relay = m.open_scope(other_relay, KeyScheme::Scope, 2);
-    ours.put(&conversation(), &record("ours"), UnixMillis(1))
-        .unwrap();
-    theirs_agent
-        .put(&conversation(), &record("agent-2"), UnixMillis(2))
-        .unwrap();
-    theirs_relay
-        .put(&conversation(), &record("relay-2"), UnixMillis(3))
-        .unwrap();
+    let theirs_agent = m.open_scope(other_agent.clone(), KeyScheme::Scope, 2);
+    let theirs_relay = m.open_scope(other_relay.clone(), KeyScheme::Scope, 2);
+    put_new(ours.as_ref(), &conversation(), "ours", 1);
+    put_new(theirs_agent.as_ref(), &conversation(), "agent-2", 2);
+    put_new(theirs_relay.as_ref(), &conversation(), "relay-2", 3);
     assert_eq!(session_of(ours.as_ref(), &conversation()), "ours");
     assert_eq!(
         session_of(theirs_agent.as_ref(), &conversation()),
@@ -530,52 +905,56 @@ pub fn receipts_are_isolated_by_relay_and_by_agent_key(m: &Medium) {
         "relay-2"
     );
 
-    // Guards, removals and eviction see only their own scope.
+    // Guards, removals, forgets and eviction see only their own scope.
     assert_eq!(
         theirs_relay
-            .commit_delivery(
-                &conversation(),
-                "ours",
-                false,
-                &[],
-                &window(&[]),
-                UnixMillis(4)
-            )
+            .commit_turn(&conversation(), &commit("ours", &[], 1), UnixMillis(4))
             .unwrap(),
-        CommitOutcome::OtherSession {
-            stored_session_id: "relay-2".into()
+        CommitOutcome::Conflict {
+            stored: Some("relay-2".into())
         }
     );
     assert_eq!(
-        theirs_agent.remove_channel(CHANNEL).unwrap(),
+        theirs_agent.remove_channel(CHANNEL, UnixMillis(4)).unwrap(),
         ChannelRemoval::Removed(1)
     );
+    theirs_agent
+        .forget(&thread(9), &Expect::Absent, UnixMillis(4))
+        .unwrap();
+    put_new(ours.as_ref(), &thread(9), "ours-9", 3);
     assert_eq!(session_of(ours.as_ref(), &conversation()), "ours");
-    theirs_relay
-        .put(&thread(1), &record("r-1"), UnixMillis(5))
-        .unwrap();
-    theirs_relay
-        .put(&thread(2), &record("r-2"), UnixMillis(6))
-        .unwrap();
+    put_new(theirs_relay.as_ref(), &thread(1), "r-1", 5);
+    put_new(theirs_relay.as_ref(), &thread(2), "r-2", 6);
     assert_eq!(
         theirs_relay.len().unwrap(),
         2,
         "its own cap evicted its own oldest"
     );
-    assert_eq!(ours.len().unwrap(), 1);
+    assert_eq!(ours.len().unwrap(), 2);
     assert_eq!(session_of(ours.as_ref(), &conversation()), "ours");
-    assert_eq!(ours.receipts().unwrap().len(), 1);
     assert_eq!(theirs_agent.receipts().unwrap().len(), 0);
+    let mut scopes: Vec<StoreScope> = store_scopes(&m.backend)
+        .unwrap()
+        .into_iter()
+        .map(|(scope, _)| scope)
+        .collect();
+    scopes.sort();
+    let mut want = vec![scope(), other_agent, other_relay];
+    want.sort();
+    assert_eq!(scopes, want, "every store scope is listed");
 }
 
 pub fn the_channel_scheme_keeps_one_receipt_per_channel(m: &Medium) {
     let store = m.open_scope(scope(), KeyScheme::Channel, 100);
-    store
-        .put(&thread(1), &record("s-1"), UnixMillis(1))
-        .unwrap();
+    put_new(store.as_ref(), &thread(1), "s-1", 1);
     assert_eq!(
         store
-            .put(&thread(2), &record("s-2"), UnixMillis(2))
+            .put(
+                &thread(2),
+                &record("s-2"),
+                &Expect::Session("s-1".into()),
+                UnixMillis(2)
+            )
             .unwrap(),
         written(false)
     );
@@ -587,31 +966,15 @@ pub fn the_channel_scheme_keeps_one_receipt_per_channel(m: &Medium) {
 pub fn the_cap_evicts_the_least_recently_used_and_never_refuses(m: &Medium) {
     let store = m.open_with_cap(3);
     for n in 1..=3 {
-        assert_eq!(
-            store
-                .put(
-                    &thread(n),
-                    &record(&format!("s-{n}")),
-                    UnixMillis(n as u64 * 10)
-                )
-                .unwrap(),
-            written(true)
-        );
+        put_new(store.as_ref(), &thread(n), &format!("s-{n}"), n as u64 * 10);
     }
     // Thread 1 is used again (a turn committed), so thread 2 is now the least recently used.
     store
-        .commit_delivery(
-            &thread(1),
-            "s-1",
-            false,
-            &ids(&["e"]),
-            &window(&[]),
-            UnixMillis(40),
-        )
+        .commit_turn(&thread(1), &commit("s-1", &["e"], 1), UnixMillis(40))
         .unwrap();
     assert_eq!(
         store
-            .put(&thread(4), &record("s-4"), UnixMillis(50))
+            .put(&thread(4), &record("s-4"), &Expect::Absent, UnixMillis(50))
             .unwrap(),
         PutOutcome::Written {
             created: true,
@@ -625,14 +988,17 @@ pub fn the_cap_evicts_the_least_recently_used_and_never_refuses(m: &Medium) {
     );
     // A reading does not count as use.
     store.get(&thread(3)).unwrap();
-    store
-        .put(&thread(5), &record("s-5"), UnixMillis(60))
-        .unwrap();
+    put_new(store.as_ref(), &thread(5), "s-5", 60);
     assert_eq!(store.get(&thread(3)).unwrap(), None);
     // Replacing an existing receipt evicts nothing.
     assert_eq!(
         store
-            .put(&thread(5), &record("s-5b"), UnixMillis(70))
+            .put(
+                &thread(5),
+                &record("s-5b"),
+                &Expect::Session("s-5".into()),
+                UnixMillis(70)
+            )
             .unwrap(),
         written(false)
     );
@@ -646,7 +1012,7 @@ pub fn the_cap_evicts_the_least_recently_used_and_never_refuses(m: &Medium) {
         2,
     );
     for n in [9, 8, 7] {
-        tied.put(&thread(n), &record("t"), UnixMillis(1)).unwrap();
+        put_new(tied.as_ref(), &thread(n), "t", 1);
     }
     assert_eq!(keys(tied.as_ref()), [thread(7), thread(9)]);
     assert_eq!(store.len().unwrap(), 3);
@@ -657,14 +1023,14 @@ pub fn the_cap_evicts_the_least_recently_used_and_never_refuses(m: &Medium) {
 pub fn a_lower_cap_on_reopen_evicts_down_to_it_on_the_next_new_receipt(m: &Medium) {
     let store = m.open_with_cap(10);
     for n in 1..=6 {
-        store
-            .put(&thread(n), &record("s"), UnixMillis(n as u64))
-            .unwrap();
+        put_new(store.as_ref(), &thread(n), "s", n as u64);
     }
     drop(store);
     let store = m.open_with_cap(3);
     assert_eq!(
-        store.put(&thread(7), &record("s"), UnixMillis(7)).unwrap(),
+        store
+            .put(&thread(7), &record("s"), &Expect::Absent, UnixMillis(7))
+            .unwrap(),
         PutOutcome::Written {
             created: true,
             evicted: 4
@@ -675,35 +1041,123 @@ pub fn a_lower_cap_on_reopen_evicts_down_to_it_on_the_next_new_receipt(m: &Mediu
 }
 
 // ---------------------------------------------------------------------------------------------
+// Read-only opens (the operator's listing)
+// ---------------------------------------------------------------------------------------------
+
+pub fn a_read_only_open_creates_nothing_and_writes_nothing(m: &Medium) {
+    let mut rich = record("s-1");
+    rich.turns = Some(3);
+    {
+        let store = m.open();
+        store
+            .put(&thread(1), &rich, &Expect::Absent, UnixMillis(5))
+            .unwrap();
+    }
+    let reader = open_backend(
+        &m.backend,
+        scope(),
+        KeyScheme::Scope,
+        10,
+        OpenMode::ReadOnly,
+    )
+    .unwrap();
+    assert_eq!(reader.get(&thread(1)).unwrap(), Some(rich.clone()));
+    assert_eq!(reader.receipts().unwrap().len(), 1);
+    let refused = WriteRefusal::ReadOnly;
+    assert_eq!(
+        reader
+            .put(&thread(2), &record("x"), &Expect::Absent, UnixMillis(6))
+            .unwrap(),
+        PutOutcome::NotWritable(refused.clone())
+    );
+    assert_eq!(
+        reader
+            .forget(&thread(1), &Expect::Absent, UnixMillis(6))
+            .unwrap(),
+        ForgetOutcome::NotWritable(refused.clone())
+    );
+    assert_eq!(
+        reader.remove_channel(CHANNEL, UnixMillis(6)).unwrap(),
+        ChannelRemoval::NotWritable(refused)
+    );
+    // A scope that never wrote reads as empty, and is not registered by reading.
+    let stranger = StoreScope {
+        relay: "wss://never.example".into(),
+        agent_pubkey: pubkey(),
+    };
+    let empty = open_backend(
+        &m.backend,
+        stranger.clone(),
+        KeyScheme::Scope,
+        10,
+        OpenMode::ReadOnly,
+    )
+    .unwrap();
+    assert!(empty.receipts().unwrap().is_empty());
+    assert!(empty.is_empty().unwrap());
+    assert!(
+        !store_scopes(&m.backend)
+            .unwrap()
+            .iter()
+            .any(|(s, _)| *s == stranger)
+    );
+    assert_eq!(m.open().get(&thread(1)).unwrap(), Some(rich));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Import and JSON migration
 // ---------------------------------------------------------------------------------------------
 
-pub fn import_inserts_only_missing_keys(m: &Medium) {
-    let store = m.open_with_cap(3);
+fn receipt(key: ScopeKey, session: &str, used: u64) -> StoredReceipt {
+    StoredReceipt {
+        key,
+        record: record(session),
+        last_used: UnixMillis(used),
+    }
+}
+
+pub fn import_inserts_only_missing_keys_and_keeps_their_time(m: &Medium) {
+    let store = m.open_with_cap(4);
+    put_new(store.as_ref(), &thread(1), "newer", 100);
     store
-        .put(&thread(1), &record("newer"), UnixMillis(100))
+        .forget(&thread(5), &Expect::Absent, UnixMillis(60))
         .unwrap();
+    let mut rich = receipt(thread(2), "s-2", 40);
+    rich.record.turns = Some(12);
+    rich.record.usage = Some(Usage {
+        used_tokens: 1,
+        context_tokens: None,
+    });
     let outcome = store
-        .import(
-            &[
-                (thread(1), record("older")),
-                (thread(2), record("s-2")),
-                (thread(3), record("s-3")),
-                (thread(4), record("s-4")),
-            ],
-            UnixMillis(50),
-        )
+        .import(&[
+            receipt(thread(1), "older", 50),
+            rich.clone(),
+            receipt(thread(3), "s-3", 30),
+            receipt(thread(4), "s-4", 20),
+            receipt(thread(5), "forgotten-later", 50),
+            receipt(thread(6), "s-6", 10),
+        ])
         .unwrap();
     assert_eq!(
         outcome,
         ImportOutcome::Imported {
-            inserted: 3,
+            inserted: 4,
             kept_existing: 1,
+            forgotten: 1,
             evicted: 1
         }
     );
     assert_eq!(store.get(&thread(1)).unwrap(), Some(record("newer")));
-    assert_eq!(store.len().unwrap(), 3);
+    assert_eq!(
+        store.get(&thread(6)).unwrap(),
+        None,
+        "the oldest is evicted"
+    );
+    assert_eq!(store.get(&thread(5)).unwrap(), None);
+    let listed = store.receipts().unwrap();
+    let two = listed.iter().find(|r| r.key == thread(2)).unwrap();
+    assert_eq!(*two, rich, "record and time are kept as exported");
+    assert_eq!(store.len().unwrap(), 4);
     assert_count_is_true(store.as_ref());
 }
 
@@ -720,20 +1174,32 @@ fn file_names(dir: &Path) -> Vec<String> {
     names
 }
 
-/// Writes a JSON store with the old store itself: format 1 under `Channel`, 2 under `Scope`.
+/// Writes a file in the old JSON store's format: version 1 (per channel) under `Channel`,
+/// version 2 (per scope) under `Scope`, as the old store wrote it.
 fn write_json_store(dir: &Path, scheme: KeyScheme, scope: StoreScope) {
-    let old = SessionStore::open(dir, scope, scheme);
-    let mut with_ledger = record("json-conv");
-    with_ledger.delivery = Some(DeliveryRecord {
-        standing_context_sent: true,
-        delivered_event_ids: ids(&["a", "b"]),
-    });
-    old.put(&conversation(), with_ledger).unwrap();
+    let version = if scheme == KeyScheme::Scope { 2 } else { 1 };
+    let mut sessions = serde_json::Map::new();
+    sessions.insert(
+        CHANNEL.into(),
+        json!({"sessionId": "json-conv", "model": "opus", "permissionMode": null,
+               "requestedModel": "opus", "requestedPermissionMode": "plan",
+               "delivery": {"standingContextSent": true, "deliveredEventIds": ["a", "b"]}}),
+    );
     if scheme == KeyScheme::Scope {
-        old.put(&thread(1), record("json-thread")).unwrap();
+        sessions.insert(
+            thread(1).to_storage_key(),
+            json!({"sessionId": "json-thread", "model": "opus", "permissionMode": null,
+                   "requestedModel": "opus", "requestedPermissionMode": "plan"}),
+        );
     }
-    old.put(&ScopeKey::conversation(OTHER_CHANNEL), record("json-other"))
-        .unwrap();
+    sessions.insert(
+        OTHER_CHANNEL.into(),
+        json!({"sessionId": "json-other", "model": "opus", "permissionMode": null}),
+    );
+    let document = json!({"version": version, "scope": scope, "sessions": sessions});
+    let mut bytes = serde_json::to_vec_pretty(&document).unwrap();
+    bytes.push(b'\n');
+    fs::write(json_path(dir), bytes).unwrap();
 }
 
 pub fn json_stores_of_both_formats_are_imported_once_and_kept_as_backup(m: &Medium) {
@@ -745,13 +1211,12 @@ pub fn json_stores_of_both_formats_are_imported_once_and_kept_as_backup(m: &Medi
         };
         // Another harness sharing the database already wrote a newer receipt for one key.
         let elsewhere = m.open_scope(scope.clone(), scheme, 100);
-        elsewhere
-            .put(
-                &ScopeKey::conversation(OTHER_CHANNEL),
-                &record("db-newer"),
-                UnixMillis(1),
-            )
-            .unwrap();
+        put_new(
+            elsewhere.as_ref(),
+            &ScopeKey::conversation(OTHER_CHANNEL),
+            "db-newer",
+            1,
+        );
         drop(elsewhere);
         write_json_store(m.dir(), scheme, scope.clone());
         let original = fs::read(json_path(m.dir())).unwrap();
@@ -774,6 +1239,7 @@ pub fn json_stores_of_both_formats_are_imported_once_and_kept_as_backup(m: &Medi
             ImportOutcome::Imported {
                 inserted: json_keys - 1,
                 kept_existing: 1,
+                forgotten: 0,
                 evicted: 0
             }
         );
@@ -785,6 +1251,8 @@ pub fn json_stores_of_both_formats_are_imported_once_and_kept_as_backup(m: &Medi
         assert!(!json_path(m.dir()).exists());
         let conv = store.get(&conversation()).unwrap().unwrap();
         assert_eq!(conv.session_id, "json-conv");
+        assert_eq!(conv.requested_permission_mode.as_deref(), Some("plan"));
+        assert_eq!(conv.turns, None, "unknown for an imported receipt");
         assert_eq!(conv.delivery.unwrap().delivered_event_ids, ids(&["a", "b"]));
         assert_eq!(
             session_of(store.as_ref(), &ScopeKey::conversation(OTHER_CHANNEL)),
@@ -845,18 +1313,33 @@ pub fn json_stores_that_are_not_ours_are_left_untouched(m: &Medium) {
     assert!(store.is_empty().unwrap());
     drop(store);
 
-    // Malformed: left as it is, reported, and the store works.
-    fs::write(json_path(m.dir()), b"{\"version\": 2, \"scope\": tru").unwrap();
-    let Opened { store, migration } =
+    // Malformed (or holding fields the old store never wrote): left as it is, reported, and the
+    // store works.
+    for bytes in [
+        &b"{\"version\": 2, \"scope\": tru"[..],
+        br#"{"version": 2, "scope": {"relay": "wss://relay.example", "agentPubkey": "ABAB"}, "sessions": {}}"#,
+    ] {
+        fs::write(json_path(m.dir()), bytes).unwrap();
+        let Opened { store, migration } =
+            open_with_report(&m.config(scope(), KeyScheme::Scope, 100), UnixMillis(1)).unwrap();
+        assert!(
+            matches!(migration.unwrap(), Migration::Skipped { .. }),
+            "{}",
+            String::from_utf8_lossy(bytes)
+        );
+        assert_eq!(fs::read(json_path(m.dir())).unwrap(), bytes);
+        put_new(store.as_ref(), &thread(1), "s", 2);
+        store.remove(&thread(1), &Expect::Session("s".into())).unwrap();
+    }
+    let newer_fields = json!({"version": 2, "scope": scope(), "sessions": {
+        CHANNEL: {"sessionId": "s", "model": null, "permissionMode": null, "turns": 3}}});
+    fs::write(json_path(m.dir()), newer_fields.to_string()).unwrap();
+    let Opened { migration, .. } =
         open_with_report(&m.config(scope(), KeyScheme::Scope, 100), UnixMillis(1)).unwrap();
     assert!(
-        matches!(migration.unwrap(), Migration::Skipped { reason, .. } if reason.starts_with("malformed"))
+        matches!(migration.unwrap(), Migration::Skipped { reason, .. } if reason.starts_with("malformed")),
+        "the old format never had these fields"
     );
-    assert_eq!(
-        fs::read(json_path(m.dir())).unwrap(),
-        b"{\"version\": 2, \"scope\": tru"
-    );
-    store.put(&thread(1), &record("s"), UnixMillis(2)).unwrap();
     assert!(!file_names(m.dir()).iter().any(|n| n.contains(".migrated")));
 }
 
@@ -870,9 +1353,7 @@ pub fn concurrent_writers_through_several_handles_lose_nothing(m: &Medium) {
     let handles: Vec<Arc<dyn ReceiptStore>> =
         (0..2).map(|_| Arc::from(m.open_with_cap(10_000))).collect();
     // One shared key every writer commits to, plus each writer's own keys.
-    handles[0]
-        .put(&conversation(), &record("shared"), UnixMillis(1))
-        .unwrap();
+    put_new(handles[0].as_ref(), &conversation(), "shared", 1);
     std::thread::scope(|s| {
         for w in 0..WRITERS {
             let store = Arc::clone(&handles[w % 2]);
@@ -880,44 +1361,26 @@ pub fn concurrent_writers_through_several_handles_lose_nothing(m: &Medium) {
                 for i in 0..EACH {
                     let n = 1 + w * EACH + i;
                     let key = thread(n);
-                    let put = store
-                        .put(&key, &record(&format!("s-{n}")), UnixMillis(n as u64))
-                        .unwrap();
-                    assert_eq!(
-                        put,
-                        PutOutcome::Written {
-                            created: true,
-                            evicted: 0
-                        }
-                    );
-                    let mine = vec![format!("w{w}-e{i}")];
+                    put_new(store.as_ref(), &key, &format!("s-{n}"), n as u64);
+                    let mine = format!("w{w}-e{i}");
                     assert_eq!(
                         store
-                            .commit_delivery(
+                            .commit_turn(
                                 &key,
-                                &format!("s-{n}"),
-                                false,
-                                &mine,
-                                &HashSet::new(),
+                                &commit(&format!("s-{n}"), &[&mine], 1),
                                 UnixMillis(n as u64)
                             )
                             .unwrap(),
                         CommitOutcome::Written
                     );
-                    let all: HashSet<String> = (0..WRITERS)
-                        .flat_map(|w| (0..EACH).map(move |i| format!("w{w}-e{i}")))
-                        .collect();
                     let outcome = store
-                        .commit_delivery(
+                        .commit_turn(
                             &conversation(),
-                            "shared",
-                            false,
-                            &mine,
-                            &all,
+                            &commit("shared", &[&mine], 1),
                             UnixMillis(n as u64),
                         )
                         .unwrap();
-                    assert_eq!(outcome, CommitOutcome::Written);
+                    assert!(matches!(outcome, CommitOutcome::Written), "{outcome:?}");
                 }
             });
         }
@@ -931,9 +1394,16 @@ pub fn concurrent_writers_through_several_handles_lose_nothing(m: &Medium) {
         assert_eq!(r.delivery.unwrap().delivered_event_ids.len(), 1);
     }
     assert_eq!(
-        delivered(store.as_ref(), &conversation()).len(),
-        WRITERS * EACH,
-        "no commit to the shared key was lost"
+        store
+            .get(&conversation())
+            .unwrap()
+            .unwrap()
+            .delivery
+            .unwrap()
+            .delivered_event_ids
+            .len(),
+        1,
+        "every commit replaced the shared ledger whole"
     );
 }
 
@@ -946,26 +1416,20 @@ pub fn calls_from_a_paused_current_thread_runtime_do_not_panic_or_hang(m: &Mediu
         .unwrap();
     runtime.block_on(async {
         let before = tokio::time::Instant::now();
-        store
-            .put(&thread(1), &record("s-1"), UnixMillis(1))
-            .unwrap();
+        put_new(store.as_ref(), &thread(1), "s-1", 1);
         assert_eq!(
             store
-                .commit_delivery(
-                    &thread(1),
-                    "s-1",
-                    false,
-                    &ids(&["e"]),
-                    &window(&[]),
-                    UnixMillis(2)
-                )
+                .commit_turn(&thread(1), &commit("s-1", &["e"], 1), UnixMillis(2))
                 .unwrap(),
             CommitOutcome::Written
         );
         assert_eq!(session_of(store.as_ref(), &thread(1)), "s-1");
-        // From a spawned task too, the way the event loop's tasks would call it.
+        // From a spawned task too.
         let task_store = Arc::clone(&store);
-        let removed = tokio::spawn(async move { task_store.remove(&thread(1)) })
+        let removed =
+            tokio::spawn(
+                async move { task_store.remove(&thread(1), &Expect::Session("s-1".into())) },
+            )
             .await
             .unwrap()
             .unwrap();
@@ -988,19 +1452,25 @@ macro_rules! contract_tests {
         $crate::contract_tests!(@cases $medium;
             an_empty_store_has_no_receipt,
             a_put_is_read_back_by_every_handle_and_survives_reopen,
-            a_put_replaces_and_says_whether_it_created,
+            a_put_replaces_what_it_expected_and_says_whether_it_created,
             invalid_puts_are_refused_and_write_nothing,
-            remove_reports_what_it_removed,
-            remove_if_session_only_removes_the_named_session,
+            a_put_is_refused_when_its_expectation_does_not_hold,
+            a_write_replayed_after_an_outage_never_overwrites_a_newer_receipt,
+            remove_is_conditional_and_reports_what_it_removed,
             remove_channel_removes_the_channel_and_its_threads_only,
-            commit_delivery_reports_each_outcome_truthfully,
-            the_ledger_stays_bounded_per_scope,
+            commit_turn_reports_each_outcome_truthfully,
+            a_retired_receipt_keeps_its_handoff_for_the_successor,
+            oversize_ledgers_are_refused_not_cut,
             a_late_commit_from_a_replaced_session_is_refused,
+            a_forget_wins_against_queued_writes,
+            forget_is_conditional_and_leaves_a_tombstone_even_without_a_receipt,
+            tombstones_are_purged_after_their_retention,
             receipts_are_isolated_by_relay_and_by_agent_key,
             the_channel_scheme_keeps_one_receipt_per_channel,
             the_cap_evicts_the_least_recently_used_and_never_refuses,
             a_lower_cap_on_reopen_evicts_down_to_it_on_the_next_new_receipt,
-            import_inserts_only_missing_keys,
+            a_read_only_open_creates_nothing_and_writes_nothing,
+            import_inserts_only_missing_keys_and_keeps_their_time,
             json_stores_of_both_formats_are_imported_once_and_kept_as_backup,
             json_stores_that_are_not_ours_are_left_untouched,
             concurrent_writers_through_several_handles_lose_nothing,

@@ -51,8 +51,8 @@ enum Sub {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// Stores to measure, comma separated (json, sqlite, postgres).
-    #[arg(long, value_delimiter = ',', default_value = "json,sqlite,postgres")]
+    /// Stores to measure, comma separated (sqlite, postgres).
+    #[arg(long, value_delimiter = ',', default_value = "sqlite,postgres")]
     stores: Vec<Kind>,
     /// Store sizes for the scale table.
     #[arg(long, value_delimiter = ',', default_value = "100,1000,10000,100000")]
@@ -60,9 +60,6 @@ struct RunArgs {
     /// Timed writes per size (SQLite, PostgreSQL).
     #[arg(long, default_value_t = 300)]
     samples: u64,
-    /// Timed writes per size for the JSON store (each costs up to ~100 ms at its cap).
-    #[arg(long, default_value_t = 40)]
-    json_samples: u64,
     /// Writer processes in the contention scenario.
     #[arg(long, default_value_t = 4)]
     processes: u64,
@@ -286,12 +283,7 @@ fn scale(kind: Kind, args: &RunArgs) -> Result<Vec<serde_json::Value>, BenchErro
         .iter()
         .map(|&n| Sized::seed(kind, n, args))
         .collect::<Result<Vec<_>, _>>()?;
-    let samples = if kind == Kind::Json {
-        args.json_samples
-    } else {
-        args.samples
-    };
-    for i in 0..samples {
+    for i in 0..args.samples {
         for s in &mut sized {
             s.write(i);
         }
@@ -480,7 +472,7 @@ fn kill9(kind: Kind, args: &RunArgs) -> Result<serde_json::Value, BenchError> {
             )?;
             u64::from(store.integrity_check().is_err())
         }
-        Kind::Json | Kind::Postgres => u64::from(Handle::open(place)?.all().is_err()),
+        Kind::Postgres => u64::from(Handle::open(place)?.all().is_err()),
     };
     let (debris, debris_bytes) = debris(kind, &place.dir)?;
     Ok(json!({
@@ -497,12 +489,7 @@ fn kill9(kind: Kind, args: &RunArgs) -> Result<serde_json::Value, BenchError> {
 
 /// Files left in the state directory that are not the store itself, after every process closed it.
 fn debris(kind: Kind, dir: &Path) -> Result<(u64, u64), BenchError> {
-    let pubkey = scope().agent_pubkey;
     let own: Vec<String> = match kind {
-        Kind::Json => vec![
-            format!("sessions-{pubkey}.json"),
-            format!("sessions-{pubkey}.json.lock"),
-        ],
         Kind::Sqlite => vec!["sessions.sqlite3".into()],
         Kind::Postgres => vec![],
     };

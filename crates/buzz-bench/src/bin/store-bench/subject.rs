@@ -1,15 +1,15 @@
-//! The stores under measurement behind one small facade: the old JSON file (its own API, as the
-//! harness used it) and the `ReceiptStore` backends (SQLite, PostgreSQL), opened the way the
-//! harness opens them.
+//! The stores under measurement behind one small facade: the `ReceiptStore` backends (SQLite,
+//! PostgreSQL), opened the way the harness opens them. (The old JSON file was measured here too
+//! until its writer was removed; docs/STORE.md keeps those figures.)
 
 use std::collections::HashSet;
 use std::fmt;
-use std::fs;
-use std::path::{Path, PathBuf};
+
+use std::path::PathBuf;
 
 use buzz_session_store::{
-    Backend, CommitOutcome, DeliveryRecord, KeyScheme, MAX_STORE_BYTES, PutOutcome, ReceiptStore,
-    ScopeKey, SessionRecord, SessionStore, StoreConfig, StoreScope, UnixMillis,
+    Backend, CommitOutcome, DeliveryRecord, Expect, KeyScheme, PutOutcome, ReceiptStore, ScopeKey,
+    SessionRecord, StoreConfig, StoreScope, StoredReceipt, TurnCommit, UnixMillis,
 };
 
 use buzz_bench::{BenchError, ctx};
@@ -24,8 +24,6 @@ pub const LEDGER_IDS: usize = 16;
 /// Which store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// The JSON document of the current store (`SessionStore`).
-    Json,
     /// The embedded SQLite backend.
     Sqlite,
     /// The PostgreSQL backend.
@@ -35,7 +33,6 @@ pub enum Kind {
 impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Self::Json => "json",
             Self::Sqlite => "sqlite",
             Self::Postgres => "postgres",
         })
@@ -46,10 +43,9 @@ impl std::str::FromStr for Kind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
-            "json" => Ok(Self::Json),
             "sqlite" => Ok(Self::Sqlite),
             "postgres" => Ok(Self::Postgres),
-            other => Err(format!("unknown store {other:?} (json, sqlite, postgres)")),
+            other => Err(format!("unknown store {other:?} (sqlite, postgres)")),
         }
     }
 }
@@ -111,7 +107,6 @@ pub fn seeded_record(n: u64) -> SessionRecord {
 
 /// An open store.
 pub enum Handle {
-    Json(SessionStore),
     Store(Box<dyn ReceiptStore>),
 }
 
@@ -127,11 +122,6 @@ pub enum Wrote {
 impl Handle {
     pub fn open(place: &Place) -> Result<Self, BenchError> {
         match place.kind {
-            Kind::Json => Ok(Self::Json(SessionStore::open(
-                &place.dir,
-                scope(),
-                KeyScheme::Scope,
-            ))),
             Kind::Sqlite | Kind::Postgres => {
                 let backend = match &place.pg_url {
                     Some(url) => Backend::Postgres { url: url.clone() },
@@ -156,11 +146,12 @@ impl Handle {
 
     pub fn put(&self, key: &ScopeKey, record: &SessionRecord, now: u64) -> Wrote {
         match self {
-            Self::Json(s) => match s.put(key, record.clone()) {
-                Ok(()) => Wrote::Yes,
-                Err(e) => Wrote::Refused(e.to_string()),
-            },
-            Self::Store(s) => match s.put(key, record, UnixMillis(now)) {
+            Self::Store(s) => match s.put(
+                key,
+                record,
+                &Expect::NotWrittenSince(UnixMillis(now)),
+                UnixMillis(now),
+            ) {
                 Ok(PutOutcome::Written { .. }) => Wrote::Yes,
                 Ok(other) => Wrote::Refused(format!("{other:?}")),
                 Err(e) => Wrote::Refused(e.to_string()),
@@ -177,13 +168,18 @@ impl Handle {
         now: u64,
     ) -> Wrote {
         match self {
-            Self::Json(s) => match s.commit_delivery(key, session, false, new_ids, window) {
-                Ok(true) => Wrote::Yes,
-                Ok(false) => Wrote::Refused("guard refused".into()),
-                Err(e) => Wrote::Refused(e.to_string()),
-            },
             Self::Store(s) => {
-                match s.commit_delivery(key, session, false, new_ids, window, UnixMillis(now)) {
+                // The ledger the lifecycle would keep: what is still in the window, plus the new
+                // ids.
+                let commit = TurnCommit {
+                    session_id: session.to_owned(),
+                    delivered_event_ids: window.iter().chain(new_ids).cloned().collect(),
+                    standing_context_sent: false,
+                    turns: None,
+                    usage: None,
+                    handoff_delivered: false,
+                };
+                match s.commit_turn(key, &commit, UnixMillis(now)) {
                     Ok(CommitOutcome::Written | CommitOutcome::Unchanged) => Wrote::Yes,
                     Ok(other) => Wrote::Refused(format!("{other:?}")),
                     Err(e) => Wrote::Refused(e.to_string()),
@@ -195,7 +191,6 @@ impl Handle {
     /// The receipt for `key`, if the store can say.
     pub fn get(&self, key: &ScopeKey) -> Option<SessionRecord> {
         match self {
-            Self::Json(s) => s.get(key),
             Self::Store(s) => s.get(key).ok().flatten(),
         }
     }
@@ -203,7 +198,6 @@ impl Handle {
     /// Every receipt (key, record).
     pub fn all(&self) -> Result<Vec<(ScopeKey, SessionRecord)>, BenchError> {
         match self {
-            Self::Json(s) => Ok(s.records()),
             Self::Store(s) => Ok(ctx(s.receipts(), "listing receipts")?
                 .into_iter()
                 .map(|r| (r.key, r.record))
@@ -214,10 +208,6 @@ impl Handle {
     /// Bytes on disk (or in the server's tables).
     pub fn bytes(&self) -> Result<u64, BenchError> {
         match self {
-            Self::Json(s) => Ok(s
-                .path()
-                .and_then(|p| fs::metadata(p).ok())
-                .map_or(0, |m| m.len())),
             Self::Store(s) => ctx(s.storage_bytes(), "measuring the store"),
         }
     }
@@ -229,64 +219,21 @@ impl Handle {
         records: &[(ScopeKey, SessionRecord)],
     ) -> Result<(), BenchError> {
         match self {
-            Self::Json(_) => seed_json(&place.dir, records),
             Self::Store(s) => {
+                let _ = place;
                 for chunk in records.chunks(10_000) {
-                    ctx(s.import(chunk, UnixMillis(1)), "seeding")?;
+                    let receipts: Vec<StoredReceipt> = chunk
+                        .iter()
+                        .map(|(key, record)| StoredReceipt {
+                            key: key.clone(),
+                            record: record.clone(),
+                            last_used: UnixMillis(1),
+                        })
+                        .collect();
+                    ctx(s.import(&receipts), "seeding")?;
                 }
                 Ok(())
             }
         }
     }
-}
-
-/// Writes the JSON document the old store would hold after `records` were put one by one: while
-/// the document exceeds the store's cap, ledgers are shed; if it still does, the receipts that
-/// would have been refused are left out.
-fn seed_json(dir: &Path, records: &[(ScopeKey, SessionRecord)]) -> Result<(), BenchError> {
-    let mut records: Vec<(ScopeKey, SessionRecord)> = records.to_vec();
-    let encode = |records: &[(ScopeKey, SessionRecord)]| -> Result<Vec<u8>, BenchError> {
-        let sessions: serde_json::Map<String, serde_json::Value> = records
-            .iter()
-            .map(|(k, r)| {
-                Ok((
-                    k.to_storage_key(),
-                    ctx(serde_json::to_value(r), "encoding")?,
-                ))
-            })
-            .collect::<Result<_, BenchError>>()?;
-        let doc = serde_json::json!({"version": 2, "scope": scope(), "sessions": sessions});
-        let mut bytes = ctx(serde_json::to_vec_pretty(&doc), "encoding")?;
-        bytes.push(b'\n');
-        Ok(bytes)
-    };
-    let mut bytes = encode(&records)?;
-    let mut shed = 0;
-    while bytes.len() > MAX_STORE_BYTES && shed < records.len() {
-        let per_ledger = bytes.len() / records.len().max(1);
-        let over = bytes.len() - MAX_STORE_BYTES;
-        let step = (over / per_ledger.max(1)).max(1) + records.len() / 100;
-        for (_, r) in records.iter_mut().skip(shed).take(step) {
-            r.delivery = None;
-        }
-        shed = (shed + step).min(records.len());
-        bytes = encode(&records)?;
-    }
-    if bytes.len() > MAX_STORE_BYTES {
-        // Every ledger is gone and it still does not fit: the store would have refused every new
-        // thread from here on. Keep the most receipts that fit.
-        let (mut fits, mut over) = (0, records.len());
-        while over - fits > 1 {
-            let mid = (fits + over) / 2;
-            if encode(&records[..mid])?.len() <= MAX_STORE_BYTES {
-                fits = mid;
-            } else {
-                over = mid;
-            }
-        }
-        records.truncate(fits);
-        bytes = encode(&records)?;
-    }
-    let path = dir.join(format!("sessions-{}.json", scope().agent_pubkey));
-    ctx(fs::write(&path, bytes), "writing the seeded JSON store")
 }

@@ -1,22 +1,46 @@
-//! The on-disk document: decoding with every check in a fixed order, and encoding.
+//! The JSON receipt file of the first store, as far as the one-time import reads it.
+//!
+//! Before the SQL backends, receipts lived in one JSON document per agent key, which every write
+//! re-read and rewrote whole:
 //!
 //! ```text
-//! {"version": 1|2, "scope": {"relay": "...", "agentPubkey": "..."}, "sessions": {"<storage key>": SessionRecord}}
+//! <state_dir>/sessions-<agent_pubkey>.json        the document (0600)
+//! <state_dir>/sessions-<agent_pubkey>.json.lock   its writers' lock (0600, never deleted)
+//!
+//! {"version": 1|2, "scope": {"relay": "...", "agentPubkey": "..."}, "sessions": {"<storage key>": LegacyRecord}}
 //! ```
 //!
-//! Checks run from "whose file is this?" to "is it well formed?": the version and the scope are
+//! Nothing writes this format any more; [`crate::migrate`] imports such a file once. Decoding runs
+//! its checks from "whose file is this?" to "is it well formed?": the version and the scope are
 //! probed before the strict parse, so a newer harness's or another community's file with a shape
-//! this version does not know is recognised as *theirs* (left alone) rather than as corrupt
-//! (which would be moved aside and replaced).
+//! this version does not know is recognised as *theirs* (left alone) rather than as malformed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
-use crate::key::{KeyError, KeyScheme, ScopeKey};
-use crate::record::SessionRecord;
-use crate::store::StoreScope;
+use crate::fsio;
+use crate::key::{KeyError, KeyScheme, ScopeKey, StoreScope};
+use crate::record::{DeliveryRecord, SessionRecord};
+
+/// Largest JSON file the import reads (4 MiB, the old store's own cap: it never wrote a larger
+/// one).
+pub(crate) const MAX_STORE_BYTES: usize = 4 * 1024 * 1024;
+
+/// The JSON file of `agent_pubkey` in `state_dir` and its writers' lock, or `None` when the key
+/// cannot name a file (the old store required non-empty ASCII alphanumerics, and so never wrote
+/// one for any other key).
+pub(crate) fn json_store_paths(state_dir: &Path, agent_pubkey: &str) -> Option<(PathBuf, PathBuf)> {
+    let usable =
+        !agent_pubkey.is_empty() && agent_pubkey.bytes().all(|b| b.is_ascii_alphanumeric());
+    usable.then(|| {
+        let path = state_dir.join(format!("sessions-{agent_pubkey}.json"));
+        let lock_path = fsio::with_suffix(&path, ".lock");
+        (path, lock_path)
+    })
+}
 
 /// The strict shape of a store file.
 #[derive(Deserialize)]
@@ -29,15 +53,55 @@ struct StoreFile {
     #[serde(rename = "scope")]
     _scope: serde::de::IgnoredAny,
     /// Receipts by storage key.
-    sessions: BTreeMap<String, SessionRecord>,
+    sessions: BTreeMap<String, LegacyRecord>,
 }
 
-/// Borrowed twin of [`StoreFile`] for writing, so encoding does not clone every record.
-#[derive(Serialize)]
-struct StoreFileRef<'a> {
-    version: u32,
-    scope: &'a StoreScope,
-    sessions: BTreeMap<String, &'a SessionRecord>,
+/// One receipt as the JSON store wrote it: exactly these fields, nothing newer.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct LegacyRecord {
+    session_id: String,
+    model: Option<String>,
+    permission_mode: Option<String>,
+    #[serde(default)]
+    requested_model: Option<String>,
+    #[serde(default)]
+    requested_permission_mode: Option<String>,
+    #[serde(default)]
+    delivery: Option<LegacyDelivery>,
+}
+
+/// The delivery ledger as the JSON store wrote it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct LegacyDelivery {
+    standing_context_sent: bool,
+    delivered_event_ids: Vec<String>,
+}
+
+impl LegacyRecord {
+    /// The receipt it describes. `predates_requested`: the record names neither requested field
+    /// (see [`records_without_requested_fields`]).
+    fn into_record(self, predates_requested: bool) -> SessionRecord {
+        let mut record = SessionRecord::new(self.session_id);
+        record.requested_model = if predates_requested {
+            self.model.clone()
+        } else {
+            self.requested_model
+        };
+        record.requested_permission_mode = if predates_requested {
+            self.permission_mode.clone()
+        } else {
+            self.requested_permission_mode
+        };
+        record.model = self.model;
+        record.permission_mode = self.permission_mode;
+        record.delivery = self.delivery.map(|d| DeliveryRecord {
+            standing_context_sent: d.standing_context_sent,
+            delivered_event_ids: d.delivered_event_ids,
+        });
+        record.normalized()
+    }
 }
 
 /// A file this store may use.
@@ -45,7 +109,7 @@ struct StoreFileRef<'a> {
 pub(crate) struct Decoded {
     /// The usable receipts.
     pub(crate) sessions: BTreeMap<ScopeKey, SessionRecord>,
-    /// Entries that were present but not usable; they disappear on the next write.
+    /// Entries that were present but not usable; they are not imported.
     pub(crate) dropped: Vec<Dropped>,
 }
 
@@ -55,20 +119,47 @@ pub(crate) enum Dropped {
     /// The storage key is not canonical.
     BadKey(KeyError),
     /// A version-1 file can only hold channel keys.
-    ThreadInVersion1 { key: String },
-    /// A record without a session id is a malformed binding: deleted, not resumed.
-    EmptySessionId { key: String },
+    ThreadInVersion1 {
+        /// The key as found.
+        key: String,
+    },
+    /// A record without a session id is a malformed binding: dropped, not resumed.
+    EmptySessionId {
+        /// The key as found.
+        key: String,
+    },
 }
 
-/// Why a whole file reads as empty.
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::BadKey(e) => write!(f, "{e}"),
+            Self::ThreadInVersion1 { key } => {
+                write!(
+                    f,
+                    "storage key {key:?}: a thread key in a version-1 (per channel) file"
+                )
+            }
+            Self::EmptySessionId { key } => write!(f, "storage key {key:?}: empty session id"),
+        }
+    }
+}
+
+/// Why a whole file is not imported.
 #[derive(Debug)]
 pub(crate) enum Problem {
-    /// Not JSON, or not the expected shape: corrupt, may be replaced after quarantine.
+    /// Not JSON, or not the expected shape.
     Malformed(String),
-    /// Written by a newer format than this scheme reads: someone else's, never written.
-    Future { version: u64 },
-    /// Written for another relay or agent: someone else's, never written.
-    Foreign { found: StoreScope },
+    /// Written in a newer format than this scheme reads: someone else's.
+    Future {
+        /// The version found.
+        version: u64,
+    },
+    /// Written for another relay or agent: someone else's.
+    Foreign {
+        /// Whose it is.
+        found: StoreScope,
+    },
 }
 
 /// Decodes a store file for `expected` under `scheme`.
@@ -117,26 +208,22 @@ pub(crate) fn decode(
         } else if record.session_id.trim().is_empty() {
             dropped.push(Dropped::EmptySessionId { key: raw_key });
         } else {
-            let mut record = record.normalized();
-            if predates_requested.contains(&raw_key) {
-                record.requested_model = record.model.clone();
-                record.requested_permission_mode = record.permission_mode.clone();
-            }
-            sessions.insert(key, record);
+            let predates = predates_requested.contains(&raw_key);
+            sessions.insert(key, record.into_record(predates));
         }
     }
     Ok(Decoded { sessions, dropped })
 }
 
-/// Keys of records written before receipts carried the requested configuration (the #6088 port
+/// Keys of records written before receipts carried the requested configuration (the first port
 /// recorded only what was applied). What was applied is what had been requested, unless the agent
 /// rejected the request, and then the applied value is the agent's default (`None`). Reading the
 /// requested values from the applied ones therefore keeps every upgraded receipt that matches
 /// today's configuration resumable; a rejected request reads as a change once, which opens a new
 /// session, the safe direction. A record that names the fields (even as `null`) is taken as is.
-fn records_without_requested_fields(value: &Value) -> std::collections::HashSet<String> {
+fn records_without_requested_fields(value: &Value) -> HashSet<String> {
     let Some(records) = value.get("sessions").and_then(Value::as_object) else {
-        return Default::default();
+        return HashSet::new();
     };
     records
         .iter()
@@ -145,26 +232,6 @@ fn records_without_requested_fields(value: &Value) -> std::collections::HashSet<
         })
         .map(|(key, _)| key.clone())
         .collect()
-}
-
-/// Encodes the document as pretty JSON with a trailing newline, in the scheme's format version
-/// (which is how a version-1 file becomes version 2 on its first write under `Scope`).
-pub(crate) fn encode(
-    scope: &StoreScope,
-    scheme: KeyScheme,
-    sessions: &BTreeMap<ScopeKey, SessionRecord>,
-) -> Result<Vec<u8>, serde_json::Error> {
-    let file = StoreFileRef {
-        version: scheme.format_version(),
-        scope,
-        sessions: sessions
-            .iter()
-            .map(|(key, record)| (key.to_storage_key(), record))
-            .collect(),
-    };
-    let mut bytes = serde_json::to_vec_pretty(&file)?;
-    bytes.push(b'\n');
-    Ok(bytes)
 }
 
 #[cfg(test)]

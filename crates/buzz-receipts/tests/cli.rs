@@ -1,0 +1,269 @@
+//! `buzz-receipts` run as an operator runs it, against SQLite (a temporary state directory) and
+//! PostgreSQL (a private server from `pg-fixture`).
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use buzz_session_store::{
+    Backend, Expect, KeyScheme, OpenMode, ReceiptStore, ScopeKey, SessionRecord, StoreScope,
+    UnixMillis, open_backend,
+};
+
+const CHANNEL: &str = "0b9f3a52-6c1e-4d2a-9f00-1234567890ab";
+const OTHER: &str = "11111111-2222-4333-8444-555555555555";
+const RELAY: &str = "wss://relay.example";
+
+fn agent() -> String {
+    "ab".repeat(32)
+}
+
+fn thread(n: u8) -> ScopeKey {
+    ScopeKey::thread(CHANNEL, format!("{n:064x}"))
+}
+
+/// A store location for the command: a state directory, or a URL.
+enum Place {
+    Sqlite(tempfile::TempDir),
+    Postgres(String),
+}
+
+impl Place {
+    fn backend(&self) -> Backend {
+        match self {
+            Self::Sqlite(dir) => Backend::from_url(None, dir.path()).unwrap(),
+            Self::Postgres(url) => Backend::Postgres { url: url.clone() },
+        }
+    }
+
+    fn store(&self, relay: &str) -> Box<dyn ReceiptStore> {
+        let scope = StoreScope {
+            relay: relay.into(),
+            agent_pubkey: agent(),
+        };
+        match self.backend() {
+            Backend::Sqlite { path } => Box::new(
+                buzz_session_store::SqliteStore::open(&path, scope, KeyScheme::Scope, 100).unwrap(),
+            ),
+            backend => {
+                open_backend(&backend, scope, KeyScheme::Scope, 100, OpenMode::ReadWrite).unwrap()
+            }
+        }
+    }
+
+    fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_buzz-receipts"));
+        command
+            .env_remove("BUZZ_ACP_SESSION_STORE_URL")
+            .env_remove("BUZZ_ACP_AGENT_PUBKEY")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        match self {
+            Self::Sqlite(dir) => command.arg("--state-dir").arg(dir.path()),
+            Self::Postgres(url) => command
+                .arg("--state-dir")
+                .arg("/nonexistent")
+                .arg("--session-store-url")
+                .arg(url),
+        };
+        let mut child = command.args(args).spawn().unwrap();
+        let mut input = child.stdin.take().unwrap();
+        if let Some(text) = stdin {
+            input.write_all(text.as_bytes()).unwrap();
+        }
+        drop(input);
+        child.wait_with_output().unwrap()
+    }
+}
+
+fn ok(output: Output) -> String {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn failure(output: Output) -> String {
+    assert!(!output.status.success());
+    let text = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(text.lines().count(), 1, "one line: {text}");
+    text
+}
+
+/// Seeds: thread 1 used at t=1 (old), thread 2 now, a conversation of another channel, and a
+/// receipt of another relay.
+fn seed(place: &Place) {
+    let now = UnixMillis::now();
+    let store = place.store(RELAY);
+    let mut rich = SessionRecord::new("s-old");
+    rich.model = Some("opus".into());
+    rich.turns = Some(4);
+    store
+        .put(&thread(1), &rich, &Expect::Absent, UnixMillis(1))
+        .unwrap();
+    store
+        .put(
+            &thread(2),
+            &SessionRecord::new("s-new"),
+            &Expect::Absent,
+            now,
+        )
+        .unwrap();
+    store
+        .put(
+            &ScopeKey::conversation(OTHER),
+            &SessionRecord::new("s-other"),
+            &Expect::Absent,
+            now,
+        )
+        .unwrap();
+    place
+        .store("wss://second.example")
+        .put(
+            &thread(1),
+            &SessionRecord::new("s-second"),
+            &Expect::Absent,
+            now,
+        )
+        .unwrap();
+}
+
+fn scenario(place: &Place) {
+    seed(place);
+    let scoped = ["--relay", RELAY, "--agent-pubkey", &agent()].map(str::to_owned);
+    let with = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+        v.extend(scoped.iter().cloned());
+        v
+    };
+    let run =
+        |args: Vec<String>| place.run(&args.iter().map(String::as_str).collect::<Vec<_>>(), None);
+
+    // Every store scope without --relay/--agent-pubkey.
+    let all = ok(place.run(&["list", "--json"], None));
+    assert_eq!(all.lines().count(), 4, "{all}");
+    assert!(all.contains("s-second"));
+    let listed = ok(run(with(&["list", "--json", "--channel", CHANNEL])));
+    assert_eq!(listed.lines().count(), 2, "{listed}");
+    let old = ok(run(with(&["list", "--json", "--older-than", "1d"])));
+    assert_eq!(old.lines().count(), 1, "{old}");
+    let line: serde_json::Value = serde_json::from_str(old.lines().next().unwrap()).unwrap();
+    assert_eq!(line["record"]["sessionId"], "s-old");
+    assert_eq!(line["record"]["turns"], 4);
+    let table = ok(run(with(&["list"])));
+    assert!(table.contains("s-old") && table.contains("opus"), "{table}");
+
+    let shown = ok(run(with(&[
+        "show",
+        &thread(1).to_storage_key().to_uppercase(),
+    ])));
+    assert!(shown.contains("\"sessionId\": \"s-old\""), "{shown}");
+    let err = failure(run(with(&["show", "general"])));
+    assert!(err.contains("not a scope"), "{err}");
+
+    // Export, then forget with a dry run first.
+    let exported = ok(run(with(&["export"])));
+    assert_eq!(exported.lines().count(), 3);
+    let dry = ok(run(with(&["forget", "--older-than", "1d", "--dry-run"])));
+    assert!(
+        dry.contains("would forget") && dry.contains("s-old"),
+        "{dry}"
+    );
+    assert_eq!(
+        ok(run(with(&["list", "--json"]))).lines().count(),
+        3,
+        "a dry run changes nothing"
+    );
+    let forgot = ok(run(with(&["forget", "--older-than", "1d"])));
+    assert!(forgot.contains("forgot 1 receipt"), "{forgot}");
+    let forgot = ok(run(with(&["forget", "--channel", OTHER])));
+    assert!(forgot.contains("forgot 1 receipt"), "{forgot}");
+    let left = ok(run(with(&["list", "--json"])));
+    assert_eq!(left.lines().count(), 1, "{left}");
+    assert!(left.contains("s-new"));
+    // A write the harness decided before the forget stays refused.
+    let store = place.store(RELAY);
+    let refused = store
+        .put(
+            &thread(1),
+            &SessionRecord::new("queued"),
+            &Expect::Absent,
+            UnixMillis(2),
+        )
+        .unwrap();
+    assert!(
+        matches!(refused, buzz_session_store::PutOutcome::Forgotten { .. }),
+        "{refused:?}"
+    );
+    let forgot = ok(run(with(&["forget", &thread(2).to_storage_key()])));
+    assert!(forgot.contains("s-new"), "{forgot}");
+
+    // Import brings the exported receipts back into keys that have none... except those forgotten
+    // after the receipt was last used.
+    let imported = ok(place.run(
+        &with(&["import"])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        Some(&exported),
+    ));
+    assert!(imported.contains("imported 0"), "{imported}");
+    let err = failure(place.run(&["import"], Some("{\"relay\": 1}\n")));
+    assert!(err.contains("line 1"), "{err}");
+}
+
+#[test]
+fn list_show_forget_export_import_on_sqlite() {
+    let place = Place::Sqlite(tempfile::tempdir().unwrap());
+    scenario(&place);
+}
+
+#[test]
+fn read_only_commands_create_nothing_and_errors_are_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let place = Place::Sqlite(dir);
+    let err = failure(place.run(&["list"], None));
+    assert!(err.contains("no receipt store"), "{err}");
+    let Place::Sqlite(dir) = &place else {
+        unreachable!()
+    };
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_buzz-receipts"));
+    let output = command
+        .args([
+            "--state-dir",
+            "/tmp",
+            "--session-store-url",
+            "mysql://db/x",
+            "list",
+        ])
+        .output()
+        .unwrap();
+    let err = failure(output);
+    assert!(err.contains("unsupported session store URL"), "{err}");
+}
+
+#[test]
+fn moving_receipts_from_sqlite_to_postgres_and_back() {
+    if std::env::var("BUZZ_TEST_SKIP_POSTGRES").is_ok_and(|v| v == "1") {
+        return;
+    }
+    let server = pg_fixture::PgServer::start(pg_fixture::Options::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pg = Place::Postgres(server.url());
+    scenario(&pg);
+    // SQLite → PostgreSQL: everything the SQLite store holds arrives with its time.
+    let sqlite = Place::Sqlite(tempfile::tempdir().unwrap());
+    seed(&sqlite);
+    let exported = ok(sqlite.run(&["export"], None));
+    let fresh = pg_fixture::PgServer::start(pg_fixture::Options::default()).unwrap();
+    let target = Place::Postgres(fresh.url());
+    let imported = ok(target.run(&["import"], Some(&exported)));
+    assert!(
+        imported.contains("imported 3") && imported.contains("imported 1"),
+        "{imported}"
+    );
+    assert_eq!(ok(target.run(&["export"], None)), exported);
+}

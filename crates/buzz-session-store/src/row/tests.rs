@@ -1,0 +1,410 @@
+use super::*;
+
+const CHANNEL: &str = "0b9f3a52-6c1e-4d2a-9f00-1234567890ab";
+
+fn ids(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn live(session: &str, used: u64) -> State {
+    State::Live {
+        session_id: session.into(),
+        last_used: UnixMillis(used),
+    }
+}
+
+fn commit(session: &str, delivered: &[&str]) -> TurnCommit {
+    TurnCommit {
+        session_id: session.into(),
+        delivered_event_ids: ids(delivered),
+        standing_context_sent: false,
+        turns: Some(1),
+        usage: None,
+        handoff_delivered: false,
+    }
+}
+
+#[test]
+fn a_record_round_trips_through_a_row() {
+    let key = ScopeKey::thread(CHANNEL, "ab".repeat(32));
+    let mut record = SessionRecord::new("s-1");
+    record.model = Some("opus".into());
+    record.requested_permission_mode = Some("plan".into());
+    record.delivery = Some(DeliveryRecord {
+        standing_context_sent: true,
+        delivered_event_ids: ids(&["b", "a", "a", ""]),
+    });
+    record.turns = Some(4);
+    record.retired = Some(Retirement {
+        reason: "rotation".into(),
+    });
+    let row = put_row(KeyScheme::Scope, &key, &record, UnixMillis(42)).unwrap();
+    assert_eq!(row.delivered_event_ids.as_deref(), Some(r#"["a","b"]"#));
+    let back = row.into_receipt().unwrap();
+    assert_eq!(back.key, key);
+    assert_eq!(back.record, record.normalized());
+    assert_eq!(back.last_used, UnixMillis(42));
+
+    let bare = put_row(
+        KeyScheme::Scope,
+        &key,
+        &SessionRecord::new("s-2"),
+        UnixMillis(1),
+    )
+    .unwrap();
+    assert_eq!(bare.delivered_event_ids, None);
+    assert_eq!(bare.ext, None, "nothing known: no extension");
+    assert_eq!(
+        bare.into_receipt().unwrap().record,
+        SessionRecord::new("s-2")
+    );
+}
+
+#[test]
+fn extension_fields_of_another_session_read_as_unknown() {
+    let key = ScopeKey::conversation(CHANNEL);
+    let mut record = SessionRecord::new("old");
+    record.turns = Some(9);
+    let mut row = put_row(KeyScheme::Scope, &key, &record, UnixMillis(1)).unwrap();
+    // What a harness that predates the extension does: rewrite the session, keep the column.
+    row.session_id = "new".into();
+    let back = row.into_receipt().unwrap().record;
+    assert_eq!(back, SessionRecord::new("new"));
+}
+
+#[test]
+fn unreadable_rows_are_reported_with_their_key() {
+    let good = put_row(
+        KeyScheme::Scope,
+        &ScopeKey::conversation(CHANNEL),
+        &SessionRecord::new("s"),
+        UnixMillis(1),
+    )
+    .unwrap();
+    let cases = [
+        Row {
+            scope_key: "general".into(),
+            ..good.clone()
+        },
+        Row {
+            session_id: " ".into(),
+            ..good.clone()
+        },
+        Row {
+            delivered_event_ids: Some("{\"not\":\"a list\"}".into()),
+            ..good.clone()
+        },
+        Row {
+            ext: Some("{\"sessionId\":\"s\",\"secret\":1}".into()),
+            ..good.clone()
+        },
+    ];
+    for row in cases {
+        let key = row.scope_key.clone();
+        let err = row.into_receipt().unwrap_err();
+        assert!(
+            matches!(&err, StoreError::CorruptRow { key: k, .. } if *k == key),
+            "{err:?}"
+        );
+    }
+}
+
+#[test]
+fn puts_are_checked_and_mapped_by_the_scheme() {
+    let thread = ScopeKey::thread(CHANNEL, "cd".repeat(32));
+    let row = put_row(
+        KeyScheme::Channel,
+        &thread,
+        &SessionRecord::new("s"),
+        UnixMillis(1),
+    )
+    .unwrap();
+    assert_eq!(row.scope_key, CHANNEL);
+    assert!(matches!(
+        put_row(
+            KeyScheme::Scope,
+            &thread,
+            &SessionRecord::new("  "),
+            UnixMillis(1)
+        ),
+        Err(StoreError::Invalid { .. })
+    ));
+    assert!(matches!(
+        put_row(
+            KeyScheme::Scope,
+            &ScopeKey::conversation("general"),
+            &SessionRecord::new("s"),
+            UnixMillis(1)
+        ),
+        Err(StoreError::Invalid { .. })
+    ));
+}
+
+#[test]
+fn a_receipt_is_live_only_when_written_after_its_tombstone() {
+    assert_eq!(State::of(None, None), State::Nothing);
+    assert_eq!(State::of(Some(("s".into(), 5)), None), live("s", 5));
+    assert_eq!(
+        State::of(Some(("s".into(), 5)), Some(5)),
+        State::Forgotten { at: UnixMillis(5) }
+    );
+    assert_eq!(State::of(Some(("s".into(), 6)), Some(5)), live("s", 6));
+    assert_eq!(
+        State::of(None, Some(5)),
+        State::Forgotten { at: UnixMillis(5) }
+    );
+}
+
+#[test]
+fn expectations_decide_every_state() {
+    let forgotten = State::Forgotten { at: UnixMillis(10) };
+    let conflict = |s: &str| Err(Refusal::Conflict(Some(s.into())));
+    let cases: Vec<(Expect, State, u64, Result<(), Refusal>)> = vec![
+        (Expect::Absent, State::Nothing, 1, Ok(())),
+        (Expect::Absent, live("a", 5), 20, conflict("a")),
+        (Expect::Absent, forgotten.clone(), 11, Ok(())),
+        (
+            Expect::Absent,
+            forgotten.clone(),
+            10,
+            Err(Refusal::Forgotten(UnixMillis(10))),
+        ),
+        (Expect::Session("a".into()), live("a", 5), 20, Ok(())),
+        (Expect::Session("a".into()), live("b", 5), 20, conflict("b")),
+        (
+            Expect::Session("a".into()),
+            State::Nothing,
+            20,
+            Err(Refusal::Conflict(None)),
+        ),
+        (
+            Expect::Session("a".into()),
+            forgotten.clone(),
+            20,
+            Err(Refusal::Forgotten(UnixMillis(10))),
+        ),
+        (
+            Expect::NotWrittenSince(UnixMillis(5)),
+            live("a", 5),
+            20,
+            Ok(()),
+        ),
+        (
+            Expect::NotWrittenSince(UnixMillis(4)),
+            live("a", 5),
+            20,
+            conflict("a"),
+        ),
+        (
+            Expect::NotWrittenSince(UnixMillis(4)),
+            State::Nothing,
+            20,
+            Ok(()),
+        ),
+        (
+            Expect::NotWrittenSince(UnixMillis(10)),
+            forgotten.clone(),
+            20,
+            Ok(()),
+        ),
+        (
+            Expect::NotWrittenSince(UnixMillis(9)),
+            forgotten.clone(),
+            20,
+            Err(Refusal::Forgotten(UnixMillis(10))),
+        ),
+        // Decided before the forget: refused whatever it expected.
+        (
+            Expect::NotWrittenSince(UnixMillis(10)),
+            forgotten,
+            9,
+            Err(Refusal::Forgotten(UnixMillis(10))),
+        ),
+    ];
+    for (expect, state, now, want) in cases {
+        assert_eq!(
+            admit(&state, &expect, UnixMillis(now)),
+            want,
+            "{expect:?} on {state:?} at {now}"
+        );
+    }
+}
+
+#[test]
+fn removal_and_forget_plans() {
+    assert_eq!(
+        plan_removal(State::Nothing, &Expect::Absent),
+        Err(Removal::Absent)
+    );
+    assert_eq!(
+        plan_removal(
+            State::Forgotten { at: UnixMillis(3) },
+            &Expect::Session("a".into())
+        ),
+        Err(Removal::Absent)
+    );
+    assert_eq!(
+        plan_removal(live("a", 1), &Expect::Session("a".into())),
+        Ok("a".into())
+    );
+    assert_eq!(
+        plan_removal(live("b", 1), &Expect::Session("a".into())),
+        Err(Removal::Conflict {
+            stored_session_id: "b".into()
+        })
+    );
+    assert_eq!(
+        plan_forget(live("a", 5), &Expect::NotWrittenSince(UnixMillis(5))),
+        Ok(Some("a".into()))
+    );
+    assert_eq!(
+        plan_forget(live("a", 6), &Expect::NotWrittenSince(UnixMillis(5))),
+        Err(ForgetOutcome::Conflict {
+            stored_session_id: "a".into()
+        })
+    );
+    assert_eq!(plan_forget(State::Nothing, &Expect::Absent), Ok(None));
+}
+
+#[test]
+fn a_commit_replaces_the_ledger_counts_and_usage_and_clears_a_delivered_handoff() {
+    let key = "k";
+    let mut stored_record = SessionRecord::new("s");
+    stored_record.delivery = Some(DeliveryRecord {
+        standing_context_sent: true,
+        delivered_event_ids: ids(&["gone", "kept"]),
+    });
+    stored_record.handoff = Some(Handoff {
+        text: "context".into(),
+        reason: "rotation".into(),
+        from_session_id: "old".into(),
+    });
+    stored_record.retired = None;
+    let row = put_row(
+        KeyScheme::Scope,
+        &ScopeKey::conversation(CHANNEL),
+        &stored_record,
+        UnixMillis(1),
+    )
+    .unwrap();
+    let stored = CommitColumns {
+        ledger: LedgerColumns {
+            standing_context_sent: row.standing_context_sent,
+            delivered_event_ids: row.delivered_event_ids.clone(),
+        },
+        ext: row.ext.clone(),
+    };
+    let state = live("s", 1);
+    let mut c = commit("s", &["kept", "x"]);
+    c.usage = Some(Usage {
+        used_tokens: 10,
+        context_tokens: None,
+    });
+    let CommitPlan::Write(cols) =
+        plan_commit(key, &state, Some(stored.clone()), &c, UnixMillis(2)).unwrap()
+    else {
+        panic!("expected a write");
+    };
+    assert!(
+        cols.ledger.standing_context_sent,
+        "standing is ORed, never cleared"
+    );
+    assert_eq!(
+        cols.ledger.delivered_event_ids.as_deref(),
+        Some(r#"["kept","x"]"#)
+    );
+    let ext = Ext::decode(cols.ext.as_deref(), key, "s").unwrap();
+    assert_eq!(ext.turns, Some(1));
+    assert_eq!(ext.usage.unwrap().used_tokens, 10);
+    assert!(ext.handoff.is_some(), "not delivered yet: kept");
+
+    c.handoff_delivered = true;
+    let CommitPlan::Write(cols) =
+        plan_commit(key, &state, Some(stored.clone()), &c, UnixMillis(2)).unwrap()
+    else {
+        panic!("expected a write");
+    };
+    assert_eq!(
+        Ext::decode(cols.ext.as_deref(), key, "s").unwrap().handoff,
+        None
+    );
+
+    // The same commit again changes nothing.
+    let again = plan_commit(key, &state, Some(cols), &c, UnixMillis(3)).unwrap();
+    assert_eq!(again, CommitPlan::Unchanged);
+
+    // Another session's commit, or one on nothing, is refused.
+    assert_eq!(
+        plan_commit(key, &live("t", 1), Some(stored.clone()), &c, UnixMillis(3)).unwrap(),
+        CommitPlan::Refuse(CommitOutcome::Conflict {
+            stored: Some("t".into())
+        })
+    );
+    assert_eq!(
+        plan_commit(key, &State::Nothing, None, &c, UnixMillis(3)).unwrap(),
+        CommitPlan::Refuse(CommitOutcome::Conflict { stored: None })
+    );
+    assert_eq!(
+        plan_commit(
+            key,
+            &State::Forgotten { at: UnixMillis(1) },
+            None,
+            &c,
+            UnixMillis(3)
+        )
+        .unwrap(),
+        CommitPlan::Refuse(CommitOutcome::Forgotten { at: UnixMillis(1) })
+    );
+    // A first commit of nothing still creates the (empty) ledger: a turn succeeded.
+    let bare = CommitColumns {
+        ledger: LedgerColumns::encode(None).unwrap(),
+        ext: None,
+    };
+    assert!(matches!(
+        plan_commit(key, &state, Some(bare), &commit("s", &[]), UnixMillis(2)).unwrap(),
+        CommitPlan::Write(_)
+    ));
+}
+
+#[test]
+fn imports_skip_live_receipts_and_what_was_forgotten_after_them() {
+    let row = put_row(
+        KeyScheme::Scope,
+        &ScopeKey::conversation(CHANNEL),
+        &SessionRecord::new("s"),
+        UnixMillis(5),
+    )
+    .unwrap();
+    assert_eq!(plan_import(&row, &State::Nothing), Ok(()));
+    assert_eq!(plan_import(&row, &live("x", 1)), Err(ImportSkip::Existing));
+    assert_eq!(
+        plan_import(&row, &State::Forgotten { at: UnixMillis(5) }),
+        Err(ImportSkip::Forgotten)
+    );
+    assert_eq!(
+        plan_import(&row, &State::Forgotten { at: UnixMillis(4) }),
+        Ok(())
+    );
+}
+
+#[test]
+fn a_channel_range_holds_its_threads_and_no_other_channel() {
+    let (exact, lower, upper) = channel_key_range(&CHANNEL.to_uppercase());
+    assert_eq!(exact, CHANNEL);
+    let inside = ScopeKey::thread(CHANNEL, "ff".repeat(32)).to_storage_key();
+    assert!(lower.as_str() <= inside.as_str() && inside.as_str() < upper.as_str());
+    for other in [
+        "0b9f3a52-6c1e-4d2a-9f00-1234567890ac",
+        "0b9f3a52-6c1e-4d2a-9f00-1234567890aa",
+    ] {
+        let conv = ScopeKey::conversation(other).to_storage_key();
+        let thread = ScopeKey::thread(other, "00".repeat(32)).to_storage_key();
+        for key in [conv, thread] {
+            assert!(
+                !(lower.as_str() <= key.as_str() && key.as_str() < upper.as_str()),
+                "{key}"
+            );
+            assert_ne!(key, exact);
+        }
+    }
+}

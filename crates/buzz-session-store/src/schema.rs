@@ -1,0 +1,33 @@
+//! Schema versions shared by the SQL backends, and the rule that keeps upgrades rolling.
+//!
+//! A database carries two numbers:
+//!
+//! * the **schema line** ([`LINE`]): SQLite `PRAGMA user_version`, PostgreSQL
+//!   `buzz_receipt_schema.version`. Every harness of the series refuses a database of another line
+//!   ([`crate::StoreError::SchemaTooNew`]). A change that an older harness would misread starts a
+//!   new line, and then two harness versions cannot share the database.
+//! * the **revision** ([`REVISION`]) within the line: SQLite `buzz_receipt_revision.revision`,
+//!   PostgreSQL `buzz_receipt_schema.revision`. A revision only ADDS (nullable columns, new
+//!   tables), so a harness that predates it keeps working on the database: its statements name
+//!   their columns and never see the new ones. A harness finding a newer revision than its own
+//!   uses the database as it is.
+//!
+//! Revision 1 adds the `ext` column (turns, usage, handoff, retirement, bound to the session they
+//! belong to, see `row.rs`) and the tombstone table `buzz_receipt_forgets`. The harness that
+//! predates it (line 1, revision 0) only accepts exactly line 1: bumping the line would make it
+//! refuse to start during a rolling upgrade, which is why the revision is a separate number.
+
+/// The schema line this build reads and writes.
+pub(crate) const LINE: i64 = 1;
+
+/// The newest revision of [`LINE`] this build creates.
+pub(crate) const REVISION: i64 = 1;
+
+/// Whether a store may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Migrates at open, registers its scope, writes.
+    ReadWrite,
+    /// Reads only: no migration, no registration, every write answers `NotWritable(ReadOnly)`.
+    ReadOnly,
+}
