@@ -14,8 +14,8 @@
 //! | [`residents`] | live sessions kept for hot continuation; exactly-once disposal |
 //! | [`retry`] | bounded retries of a restore that failed without a definitive answer |
 //! | [`classify`] | what an agent's error says about a stored session (gone or not) |
-//! | [`gate`] | which session methods the agent advertised (ACP v1 and v2 layouts) |
-//! | [`wire`] | the frame tap: replayed history stays out of the observer; raw capabilities |
+//! | [`gate`] | which session methods the agent advertised, read by the negotiated ACP version |
+//! | [`wire`] | the frame tap: replayed history (load, or resume) stays out of the observer; raw capabilities |
 //! | [`report`], [`effect`] | what the harness reports, what the lifecycle asks for |
 //! | [`notice`] | what a thread is told when its session cannot be reopened |
 //! | [`args`] | the command-line flags of the series |
@@ -45,7 +45,7 @@ pub use buzz_session_store as store;
 pub use clock::Moment;
 pub use driver::{Driver, Mailbox};
 pub use effect::{Effect, Notice, Persist, Record};
-pub use gate::{AgentCaps, RestoreMethod, restore_method};
+pub use gate::{AgentCaps, Negotiated, RestoreMethod, restore_method};
 pub use lifecycle::{Lifecycle, LifecycleConfig, RunningRoute};
 pub use pending::{Batch, Seq};
 pub use plan::{
