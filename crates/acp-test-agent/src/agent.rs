@@ -114,11 +114,12 @@ pub async fn run(args: Args) -> Result<(), AgentError> {
         args.wire_log.as_deref(),
         args.exit_on_request,
         args.exit_on_method.clone(),
-    )?;
-    let transport = Stdio::new().with_debug(move |line, direction| {
-        if direction == LineDirection::Stdin {
-            tap.on_received_line(line);
-        }
+    )?
+    .logging_sent(args.wire_log_sent);
+    let transport = Stdio::new().with_debug(move |line, direction| match direction {
+        LineDirection::Stdin => tap.on_received_line(line),
+        LineDirection::Stdout => tap.on_sent_line(line),
+        LineDirection::Stderr => {}
     });
     if let Some(pid_file) = &args.pid_file {
         processes::record_pid(pid_file, "agent", std::process::id())?;
@@ -162,14 +163,23 @@ pub fn serve_in_process(args: &Args, instance: u32) -> Result<InProcessLines, Ag
         ));
     }
     let (settings, sessions) = prepare(args)?;
-    let tap = WireTap::in_process(args.wire_log.as_deref(), instance)?;
+    let tap = Arc::new(
+        WireTap::in_process(args.wire_log.as_deref(), instance)?.logging_sent(args.wire_log_sent),
+    );
+    let sent_tap = Arc::clone(&tap);
     let (to_agent, from_client) = mpsc::unbounded::<String>();
     let (to_client, from_agent) = mpsc::unbounded::<String>();
     let incoming = from_client.map(move |line| {
         tap.on_received_line(&line);
         Ok(line)
     });
-    let transport = Lines::new(to_client.sink_map_err(std::io::Error::other), incoming);
+    let outgoing = to_client
+        .sink_map_err(std::io::Error::other)
+        .with(move |line: String| {
+            sent_tap.on_sent_line(&line);
+            futures::future::ready(Ok::<_, std::io::Error>(line))
+        });
+    let transport = Lines::new(outgoing, incoming);
     tokio::spawn(async move {
         if let Err(e) = serve(settings, sessions, transport).await {
             tracing::debug!(instance, error = %e, "in-process agent connection ended");

@@ -71,6 +71,11 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub wire_log: Option<PathBuf>,
 
+    /// Also log every message the agent writes (frames with `"direction": "sent"`), so the whole
+    /// exchange can be checked against the ACP schemas (`acp-schema-check`).
+    #[arg(long, requires = "wire_log")]
+    pub wire_log_sent: bool,
+
     /// Where `initialize` advertises load/resume/close: the v1 places, or the ACP v2 draft's
     /// `capabilities.session.*` (with the identity in `info`).
     #[arg(long, value_enum, default_value_t = CapabilitiesLayout::V1)]
