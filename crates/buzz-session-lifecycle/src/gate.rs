@@ -18,8 +18,9 @@
 //! Of the optional v2 markers only `session.delete` names a method; the others qualify
 //! parameters the harness does not send, so they are not read. `capabilities.session.{load,
 //! resume, close}` (and `list`) were fields of an earlier v2 draft schema; the current draft
-//! removed them, and no adapter we observed answers v2 at all (docs/REAL_ADAPTERS.md, "Protocol
-//! version 2"), so they are not read either: an agent that sends them is told nothing by them.
+//! removed them, and the one adapter we observed answering v2, claude-agent-acp 0.101.0, sends none
+//! of them (docs/REAL_ADAPTERS.md, "Re-observed 2026-12-01"), so they are not read either: an
+//! agent that sends them is told nothing by them.
 //!
 //! # Sources
 //!
