@@ -1,4 +1,4 @@
-//! `acp-schema-check [--version v1|v2] [--open] WIRE_LOG…`: checks `acp-test-agent` wire logs
+//! `acp-schema-check [--assume v1|v2] [--open] WIRE_LOG…`: checks `acp-test-agent` wire logs
 //! against the ACP schemas and prints every frame outside them. Exit status 0: all valid; 1:
 //! violations; 2: a log could not be read.
 
@@ -14,8 +14,8 @@ use clap::Parser;
 struct Args {
     /// The version to check by when a log does not show the agent's `initialize` answer
     /// (a log written without `--wire-log-sent`).
-    #[arg(long, value_parser = parse_version)]
-    version: Option<Version>,
+    #[arg(long = "assume", value_name = "v1|v2", value_parser = parse_version)]
+    assume: Option<Version>,
     /// Accept unknown fields (check only what the generated schemas say).
     #[arg(long)]
     open: bool,
@@ -58,7 +58,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        let report = check_wire_log(&checker, &frames, args.version);
+        let report = check_wire_log(&checker, &frames, args.assume);
         for violation in &report.violations {
             if args.json {
                 println!("{}", serde_json::to_string(violation).unwrap_or_default());
