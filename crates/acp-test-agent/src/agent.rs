@@ -12,25 +12,25 @@ use std::time::Duration;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock,
-    ContentChunk, Implementation, InitializeRequest, InitializeResponse, LoadSessionRequest,
-    LoadSessionResponse, NewSessionRequest, NewSessionResponse, PermissionOption,
-    PermissionOptionKind, PromptRequest, PromptResponse, RequestPermissionOutcome,
-    RequestPermissionRequest, ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities,
-    SessionCloseCapabilities, SessionId, SessionNotification, SessionResumeCapabilities,
-    SessionUpdate, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, StopReason,
-    TextContent, ToolCallUpdate, ToolCallUpdateFields, ToolKind, UsageUpdate,
+    ContentChunk, Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest,
+    ListSessionsResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest,
+    NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse,
+    RequestPermissionOutcome, RequestPermissionRequest, ResumeSessionRequest,
+    ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities, SessionId,
+    SessionListCapabilities, SessionNotification, SessionResumeCapabilities, SessionUpdate,
+    SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, StopReason, TextContent,
+    ToolCallUpdate, ToolCallUpdateFields, ToolKind, UsageUpdate,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
-use agent_client_protocol::{
-    Agent, Client, ConnectTo, Error, Handled, LineDirection, Lines, Stdio, UntypedMessage,
-};
+use agent_client_protocol::{Agent, Client, ConnectTo, Error, LineDirection, Lines, Stdio};
 use futures::channel::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use futures::{SinkExt, StreamExt};
 
 use crate::cli::Args;
 use crate::error::AgentError;
-use crate::mimic::{self, Advertised, CapabilitiesLayout, MissingSessionAnswer};
+use crate::mimic::MissingSessionAnswer;
 use crate::processes;
+use crate::protocol::{self, Front, Protocol};
 use crate::reply::{self, StopReasonName};
 use crate::sessions::{SessionError, Sessions, TurnTicket};
 use crate::transcript::Transcript;
@@ -63,8 +63,10 @@ struct Settings {
     load_delay: Duration,
     /// Answer every load with this error code instead.
     load_error: Option<i32>,
-    /// Where `initialize` puts the capabilities.
-    layout: CapabilitiesLayout,
+    /// Advertise and serve `session/list` (v1 `sessionCapabilities.list`).
+    session_list: bool,
+    /// The v2 front of this connection, when the agent supports v2 (`--protocol v2|both`).
+    front: Option<Arc<Front>>,
     /// The answer to load/resume of an unknown session (`None`: -32002 with `data.sessionId`).
     missing_session: Option<MissingSessionAnswer>,
     /// `agentInfo` name.
@@ -89,7 +91,8 @@ impl From<&Args> for Settings {
             ignore_cancel: args.ignore_cancel,
             load_delay: Duration::from_millis(args.load_delay_ms),
             load_error: args.load_error,
-            layout: args.capabilities_layout,
+            session_list: args.session_list,
+            front: None,
             missing_session: args.missing_session.clone(),
             agent_name: args.agent_name.clone(),
             agent_version: args.agent_version.clone(),
@@ -114,12 +117,8 @@ pub async fn run(args: Args) -> Result<(), AgentError> {
         args.wire_log.as_deref(),
         args.exit_on_request,
         args.exit_on_method.clone(),
-    )?;
-    let transport = Stdio::new().with_debug(move |line, direction| {
-        if direction == LineDirection::Stdin {
-            tap.on_received_line(line);
-        }
-    });
+    )?
+    .logging_sent(args.wire_log_sent);
     if let Some(pid_file) = &args.pid_file {
         processes::record_pid(pid_file, "agent", std::process::id())?;
     }
@@ -132,7 +131,42 @@ pub async fn run(args: Args) -> Result<(), AgentError> {
     }
     tracing::info!(pid = std::process::id(), state_dir = %args.state_dir.display(), "serving ACP on stdio");
 
-    serve(settings, sessions, transport).await?;
+    match settings.front.clone() {
+        None => {
+            let transport = Stdio::new().with_debug(move |line, direction| match direction {
+                LineDirection::Stdin => tap.on_received_line(line),
+                LineDirection::Stdout => tap.on_sent_line(line),
+                LineDirection::Stderr => {}
+            });
+            serve(settings, sessions, transport).await?;
+        }
+        Some(front) => {
+            use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+            let stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+            let client_in = futures::stream::unfold(stdin, |mut lines| async move {
+                match lines.next_line().await {
+                    Ok(Some(line)) => Some((line, lines)),
+                    _ => None,
+                }
+            });
+            let (client_out, mut to_stdout) = mpsc::unbounded::<String>();
+            let tap = Arc::new(tap);
+            let writer_tap = Arc::clone(&tap);
+            let writer = tokio::spawn(async move {
+                let mut stdout = tokio::io::stdout();
+                while let Some(line) = to_stdout.next().await {
+                    writer_tap.on_sent_line(&line);
+                    let written = stdout.write_all(format!("{line}\n").as_bytes()).await;
+                    if written.and(stdout.flush().await).is_err() {
+                        break;
+                    }
+                }
+            });
+            let transport = fronted(front, tap, client_in, client_out);
+            serve(settings, sessions, transport).await?;
+            let _ = writer.await;
+        }
+    }
 
     if args.ignore_stdin_eof {
         tracing::info!("stdin closed; --ignore-stdin-eof: staying alive until killed");
@@ -162,20 +196,111 @@ pub fn serve_in_process(args: &Args, instance: u32) -> Result<InProcessLines, Ag
         ));
     }
     let (settings, sessions) = prepare(args)?;
-    let tap = WireTap::in_process(args.wire_log.as_deref(), instance)?;
+    let tap = Arc::new(
+        WireTap::in_process(args.wire_log.as_deref(), instance)?.logging_sent(args.wire_log_sent),
+    );
     let (to_agent, from_client) = mpsc::unbounded::<String>();
     let (to_client, from_agent) = mpsc::unbounded::<String>();
-    let incoming = from_client.map(move |line| {
-        tap.on_received_line(&line);
-        Ok(line)
-    });
-    let transport = Lines::new(to_client.sink_map_err(std::io::Error::other), incoming);
+    match settings.front.clone() {
+        None => {
+            let sent_tap = Arc::clone(&tap);
+            let incoming = from_client.map(move |line| {
+                tap.on_received_line(&line);
+                Ok(line)
+            });
+            let outgoing =
+                to_client
+                    .sink_map_err(std::io::Error::other)
+                    .with(move |line: String| {
+                        sent_tap.on_sent_line(&line);
+                        futures::future::ready(Ok::<_, std::io::Error>(line))
+                    });
+            spawn_serve(settings, sessions, Lines::new(outgoing, incoming), instance);
+        }
+        Some(front) => {
+            let (client_out, mut to_client_lines) = mpsc::unbounded::<String>();
+            let writer_tap = Arc::clone(&tap);
+            tokio::spawn(async move {
+                while let Some(line) = to_client_lines.next().await {
+                    writer_tap.on_sent_line(&line);
+                    if to_client.unbounded_send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            let transport = fronted(front, tap, from_client, client_out);
+            spawn_serve(settings, sessions, transport, instance);
+        }
+    }
+    Ok((to_agent, from_agent))
+}
+
+/// Serves an in-process agent connection in the background.
+fn spawn_serve(
+    settings: Arc<Settings>,
+    sessions: Sessions,
+    transport: impl ConnectTo<Agent> + 'static,
+    instance: u32,
+) {
     tokio::spawn(async move {
         if let Err(e) = serve(settings, sessions, transport).await {
             tracing::debug!(instance, error = %e, "in-process agent connection ended");
         }
     });
-    Ok((to_agent, from_agent))
+}
+
+/// The transport the v1 agent serves on behind the v2 front.
+type FrontedLines = Lines<
+    Box<dyn futures::Sink<String, Error = std::io::Error> + Send + Unpin>,
+    futures::stream::BoxStream<'static, std::io::Result<String>>,
+>;
+
+/// Runs the v2 front between the client's lines and the v1 agent: every client line is logged
+/// (as received, untranslated), routed by [`Front::from_client`], and every agent line is
+/// rewritten by [`Front::from_agent`] before it goes to `client_out` (whose writer logs it as
+/// sent). Returns the transport the v1 agent serves on.
+fn fronted(
+    front: Arc<Front>,
+    tap: Arc<WireTap>,
+    client_in: impl futures::Stream<Item = String> + Send + 'static,
+    client_out: UnboundedSender<String>,
+) -> FrontedLines {
+    let (to_inner, inner_in) = mpsc::unbounded::<String>();
+    let (inner_out, mut from_inner) = mpsc::unbounded::<String>();
+    let inbound_front = Arc::clone(&front);
+    let inbound_out = client_out.clone();
+    tokio::spawn(async move {
+        let mut client_in = std::pin::pin!(client_in);
+        while let Some(line) = client_in.next().await {
+            tap.on_received_line(&line);
+            let routes = inbound_front.from_client(line);
+            let wait = Front::initializes_inner(&routes);
+            for route in routes {
+                let sent = match route {
+                    protocol::Route::Agent(line) => to_inner.unbounded_send(line).is_ok(),
+                    protocol::Route::Client(line) => inbound_out.unbounded_send(line).is_ok(),
+                };
+                if !sent {
+                    return;
+                }
+            }
+            if wait {
+                inbound_front.inner_initialized().await;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        while let Some(line) = from_inner.next().await {
+            for line in front.from_agent(line) {
+                if client_out.unbounded_send(line).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let sink: Box<dyn futures::Sink<String, Error = std::io::Error> + Send + Unpin> =
+        Box::new(inner_out.sink_map_err(std::io::Error::other));
+    Lines::new(sink, inner_in.map(Ok).boxed())
 }
 
 /// What [`run`] and [`serve_in_process`] share: the validated settings and the session store.
@@ -194,8 +319,19 @@ fn prepare(args: &Args) -> Result<(Arc<Settings>, Sessions), AgentError> {
         path: sessions_dir,
         source,
     })?;
-    let settings = Arc::new(Settings::from(args));
-    Ok((settings, Sessions::new(args.state_dir.clone(), models)))
+    let mut settings = Settings::from(args);
+    if args.protocol() != Protocol::V1 {
+        settings.front = Some(Arc::new(Front::new(
+            args.protocol(),
+            args.session_capability,
+            &args.agent_name,
+            &args.agent_version,
+        )));
+    }
+    Ok((
+        Arc::new(settings),
+        Sessions::new(args.state_dir.clone(), models),
+    ))
 }
 
 /// Registers every handler and runs the connection until the client goes away.
@@ -205,7 +341,7 @@ async fn serve(
     transport: impl ConnectTo<Agent> + 'static,
 ) -> Result<(), Error> {
     let init_settings = Arc::clone(&settings);
-    let v2_settings = Arc::clone(&settings);
+    let (list_settings, list_sessions) = (Arc::clone(&settings), sessions.clone());
     let new_sessions = sessions.clone();
     let config_sessions = sessions.clone();
     let (prompt_settings, prompt_sessions) = (Arc::clone(&settings), sessions.clone());
@@ -217,25 +353,6 @@ async fn serve(
     Agent
         .v1()
         .name("acp-test-agent")
-        // The v2 draft layout has no typed v1 response, so `initialize` is answered as raw JSON
-        // here; in the v1 layout this handler passes the request on to the typed one below.
-        .on_receive_request(
-            async move |req: UntypedMessage, responder: Responder<serde_json::Value>, _cx| {
-                if req.method() != "initialize" || v2_settings.layout != CapabilitiesLayout::V2 {
-                    return Ok(Handled::No {
-                        message: (req, responder),
-                        retry: false,
-                    });
-                }
-                responder.respond(mimic::v2_initialize_result(
-                    advertised(&v2_settings),
-                    &v2_settings.agent_name,
-                    &v2_settings.agent_version,
-                ))?;
-                Ok(Handled::Yes)
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
         .on_receive_request(
             async move |_req: InitializeRequest, responder, _cx| {
                 responder.respond(initialize_response(&init_settings))
@@ -315,9 +432,9 @@ async fn serve(
                 };
                 // The replay must reach the client before the response: it is queued first on the
                 // same outgoing channel, even when the response itself is delayed below.
-                for turn in &transcript.turns {
-                    cx.send_notification(chunk(&req.session_id, Role::User, &turn.user))?;
-                    cx.send_notification(chunk(&req.session_id, Role::Agent, &turn.agent))?;
+                for (index, turn) in transcript.turns.iter().enumerate() {
+                    cx.send_notification(chunk(&req.session_id, Role::User, &turn.user, index))?;
+                    cx.send_notification(chunk(&req.session_id, Role::Agent, &turn.agent, index))?;
                 }
                 tracing::info!(session = %req.session_id, turns = transcript.turns.len(), "session/load replayed");
                 let response = LoadSessionResponse::new()
@@ -336,7 +453,7 @@ async fn serve(
         )
         .on_receive_request(
             async move |req: ResumeSessionRequest, responder, _cx| {
-                if !resume_settings.session_resume {
+                if !resume_settings.serves_resume() {
                     return responder.respond_with_error(method_not_found("session/resume"));
                 }
                 match resume_sessions.restore(&req.session_id.0) {
@@ -355,7 +472,7 @@ async fn serve(
         )
         .on_receive_request(
             async move |req: CloseSessionRequest, responder, _cx| {
-                if !close_settings.session_close {
+                if !close_settings.serves_close() {
                     return responder.respond_with_error(method_not_found("session/close"));
                 }
                 match close_sessions.close(&req.session_id.0) {
@@ -365,16 +482,41 @@ async fn serve(
             },
             agent_client_protocol::on_receive_request!(),
         )
+        .on_receive_request(
+            async move |req: ListSessionsRequest, responder, _cx| {
+                if !list_settings.serves_list() {
+                    return responder.respond_with_error(method_not_found("session/list"));
+                }
+                match list_sessions.list(req.cwd.as_deref()) {
+                    Ok(sessions) => responder.respond(ListSessionsResponse::new(sessions)),
+                    Err(e) => responder.respond_with_error(e.into()),
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
         .connect_to(transport)
         .await
 }
 
-/// What the flags say is supported, whatever the layout.
-fn advertised(settings: &Settings) -> Advertised {
-    Advertised {
-        load: settings.load_session,
-        resume: settings.session_resume,
-        close: settings.session_close,
+impl Settings {
+    /// Whether v2 was negotiated (the front then decides which methods exist).
+    fn v2(&self) -> bool {
+        self.front.as_ref().is_some_and(|front| front.is_v2())
+    }
+
+    /// `session/resume` is served: advertised in v1, required with the v2 session surface.
+    fn serves_resume(&self) -> bool {
+        self.session_resume || self.v2()
+    }
+
+    /// `session/close` is served.
+    fn serves_close(&self) -> bool {
+        self.session_close || self.v2()
+    }
+
+    /// `session/list` is served.
+    fn serves_list(&self) -> bool {
+        self.session_list || self.v2()
     }
 }
 
@@ -399,6 +541,9 @@ fn initialize_response(settings: &Settings) -> InitializeResponse {
     }
     if settings.session_close {
         session_capabilities = session_capabilities.close(SessionCloseCapabilities::new());
+    }
+    if settings.session_list {
+        session_capabilities = session_capabilities.list(SessionListCapabilities::new());
     }
     InitializeResponse::new(ProtocolVersion::V1)
         .agent_capabilities(
@@ -436,14 +581,23 @@ enum Role {
     Agent,
 }
 
-/// A `session/update` carrying one text chunk.
-fn chunk(session_id: &SessionId, role: Role, text: &str) -> SessionNotification {
-    let content = ContentChunk::new(ContentBlock::Text(TextContent::new(text)));
+/// A `session/update` carrying one text chunk of transcript turn `turn` (named in `_meta`, for
+/// the v2 front's message ids).
+fn chunk(session_id: &SessionId, role: Role, text: &str, turn: usize) -> SessionNotification {
+    let content =
+        ContentChunk::new(ContentBlock::Text(TextContent::new(text))).meta(turn_meta(turn));
     let update = match role {
         Role::User => SessionUpdate::UserMessageChunk(content),
         Role::Agent => SessionUpdate::AgentMessageChunk(content),
     };
     SessionNotification::new(session_id.clone(), update)
+}
+
+/// `_meta` naming a transcript turn ([`protocol::TURN_META`]).
+fn turn_meta(turn: usize) -> serde_json::Map<String, serde_json::Value> {
+    let mut meta = serde_json::Map::new();
+    meta.insert(protocol::TURN_META.into(), turn.into());
+    meta
 }
 
 fn stop_reason(name: StopReasonName) -> StopReason {
@@ -526,7 +680,8 @@ impl PromptTurn {
             {
                 return responder.respond_with_error(e.into());
             }
-            return responder.respond(PromptResponse::new(StopReason::Cancelled));
+            return responder
+                .respond(PromptResponse::new(StopReason::Cancelled).meta(turn_meta(index)));
         };
 
         let turns: Vec<&str> = user_texts.iter().map(String::as_str).collect();
@@ -540,14 +695,14 @@ impl PromptTurn {
         let (first, second) = reply::split_halves(&reply);
         for part in [first, second] {
             self.cx
-                .send_notification(chunk(&self.session_id, Role::Agent, part))?;
+                .send_notification(chunk(&self.session_id, Role::Agent, part, index))?;
         }
         self.cx.send_notification(SessionNotification::new(
             self.session_id.clone(),
             SessionUpdate::UsageUpdate(UsageUpdate::new(used_bytes, CONTEXT_SIZE)),
         ))?;
         tracing::info!(session = %sid, turns = turns.len(), stop = %self.stop, "prompt answered");
-        responder.respond(PromptResponse::new(stop_reason(self.stop)))
+        responder.respond(PromptResponse::new(stop_reason(self.stop)).meta(turn_meta(index)))
     }
 
     /// Asks the client to allow or reject a fake tool call; returns the chosen option id,

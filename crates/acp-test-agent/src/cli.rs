@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Parser;
 
 use crate::mimic::{CapabilitiesLayout, MissingSessionAnswer};
+use crate::protocol::{Protocol, SessionCapability};
 use crate::reply::StopReasonName;
 
 /// A deterministic ACP v1 agent on stdin/stdout, for tests and demos.
@@ -71,10 +72,32 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub wire_log: Option<PathBuf>,
 
-    /// Where `initialize` advertises load/resume/close: the v1 places, or the ACP v2 draft's
-    /// `capabilities.session.*` (with the identity in `info`).
-    #[arg(long, value_enum, default_value_t = CapabilitiesLayout::V1)]
-    pub capabilities_layout: CapabilitiesLayout,
+    /// Also log every message the agent writes (frames with `"direction": "sent"`), so the whole
+    /// exchange can be checked against the ACP schemas (`acp-schema-check`).
+    #[arg(long, requires = "wire_log")]
+    pub wire_log_sent: bool,
+
+    /// The ACP versions the agent supports. `initialize` is answered with the requested
+    /// version if supported, else the latest supported; with v2 negotiated the agent serves the
+    /// v2 draft (no `session/load`; `session/resume` with optional `replayFrom`; the v2 prompt
+    /// lifecycle).
+    #[arg(long, value_enum, default_value_t = Protocol::V1)]
+    pub protocol: Protocol,
+
+    /// v2: whether `initialize` includes `capabilities.session` (then `session/list`,
+    /// `session/resume` and `session/close` are served, as v2 requires) or leaves it out (then
+    /// they are "method not found").
+    #[arg(long, value_enum, default_value_t = SessionCapability::Present)]
+    pub session_capability: SessionCapability,
+
+    /// v1: advertise and serve `session/list` (`sessionCapabilities.list`).
+    #[arg(long)]
+    pub session_list: bool,
+
+    /// Deprecated: `v2` is `--protocol v2` (the real v2 layout, protocol version 2, not the
+    /// invented v1-numbered layout this flag used to give); `v1` changes nothing.
+    #[arg(long, value_enum, hide = true)]
+    pub capabilities_layout: Option<CapabilitiesLayout>,
 
     /// How `session/load` and `session/resume` of a session this agent does not have are
     /// answered: a preset mimicking a real adapter (`codex-acp`, `claude-agent-acp`, `opencode`)
@@ -104,6 +127,18 @@ pub struct Args {
     /// Internal: run as the helper started by `--spawn-helper` (sleep, then exit).
     #[arg(long, hide = true)]
     pub helper: bool,
+}
+
+impl Args {
+    /// The supported versions, with the deprecated `--capabilities-layout v2` read as
+    /// `--protocol v2`.
+    #[must_use]
+    pub fn protocol(&self) -> Protocol {
+        match self.capabilities_layout {
+            Some(CapabilitiesLayout::V2) => Protocol::V2,
+            _ => self.protocol,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -140,7 +175,7 @@ mod tests {
     #[test]
     fn mimicry_flags_default_to_the_old_behaviour() {
         let args = Args::try_parse_from(["x", "--state-dir", "/s"]).unwrap();
-        assert_eq!(args.capabilities_layout, CapabilitiesLayout::V1);
+        assert_eq!(args.protocol(), Protocol::V1);
         assert!(args.missing_session.is_none());
         assert_eq!(args.agent_name, "acp-test-agent");
         let args = Args::try_parse_from([
@@ -155,7 +190,7 @@ mod tests {
             "OpenCode",
         ])
         .unwrap();
-        assert_eq!(args.capabilities_layout, CapabilitiesLayout::V2);
+        assert_eq!(args.protocol(), Protocol::V2);
         assert_eq!(args.missing_session.map(|m| m.code), Some(-32603));
         assert!(
             Args::try_parse_from(["x", "--state-dir", "/s", "--missing-session", "nope"]).is_err()

@@ -17,15 +17,35 @@ use serde_json::{Map, Value};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FrameKind {
-    /// A request from the client (has `method` and `id`).
+    /// A request (has `method` and `id`); from the client unless the frame was sent.
     Request,
-    /// A notification from the client (has `method`, no `id`).
+    /// A notification (has `method`, no `id`); from the client unless the frame was sent.
     Notification,
-    /// The client's response to a request the agent sent (e.g. `session/request_permission`).
+    /// A response: the client's to a request the agent sent (e.g.
+    /// `session/request_permission`), or, for a sent frame, the agent's.
     Response,
 }
 
-/// One line of the wire log: one JSON-RPC message the agent received.
+/// Which way a frame went, seen from the agent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// The client wrote it and the agent read it (every frame of a log written without
+    /// `--wire-log-sent`).
+    #[default]
+    Received,
+    /// The agent wrote it (`--wire-log-sent`).
+    Sent,
+}
+
+impl Direction {
+    fn is_received(&self) -> bool {
+        *self == Direction::Received
+    }
+}
+
+/// One line of the wire log: one JSON-RPC message the agent received (or, with
+/// `--wire-log-sent`, wrote).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WireFrame {
@@ -45,6 +65,12 @@ pub struct WireFrame {
     /// The `params` of a request or notification, or the `result` / `error` of a response
     /// (`null` when absent).
     pub params: Value,
+    /// Which way the frame went; absent (received) in logs written before the field existed.
+    #[serde(default, skip_serializing_if = "Direction::is_received")]
+    pub direction: Direction,
+    /// For a response: `params` holds its `error` rather than its `result`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub error: bool,
 }
 
 /// Why the wire log could not be read.
@@ -375,6 +401,8 @@ mod tests {
             id: Some(json!("x")),
             bytes: 10,
             params,
+            direction: Direction::Received,
+            error: false,
         }
     }
 

@@ -1,4 +1,4 @@
-//! `acp-test-agent`: a deterministic ACP v1 agent for tests and demos, plus the test harness
+//! `acp-test-agent`: a deterministic ACP agent (v1, and the v2 draft by flag) for tests and demos, plus the test harness
 //! other crates use to drive it.
 //!
 //! The binary serves ACP over its own stdin/stdout (see [`Args`] for the flags) with the real
@@ -22,12 +22,14 @@
 //! - [`reply`]: the pure reply computation.
 //! - [`transcript`]: the on-disk session format.
 //! - [`harness`]: wire-log reading and normalization, binary lookup for other crates' tests.
-//! - [`mimic`]: the ACP v2 draft `initialize` layout and real adapters' "no such session"
-//!   answers (`--capabilities-layout`, `--missing-session`, `--agent-name`).
+//! - [`protocol`]: version negotiation (`--protocol v1|v2|both`) and the ACP v2 draft served by
+//!   a translating front (`--session-capability`).
+//! - [`mimic`]: real adapters' "no such session" answers (`--missing-session`, `--agent-name`).
 
 pub mod cli;
 pub mod harness;
 pub mod mimic;
+pub mod protocol;
 pub mod reply;
 pub mod transcript;
 

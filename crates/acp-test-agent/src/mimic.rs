@@ -1,8 +1,6 @@
-//! Mimicking real adapters: the `initialize` layout of the ACP v2 draft, and the exact error a
-//! given adapter answers when asked to reopen a session it does not have.
-//!
-//! Both are additive: with the defaults the agent answers in the v1 layout and with `-32002`
-//! plus `data.sessionId`, as before.
+//! Mimicking real adapters: the exact error a given adapter answers when asked to reopen a
+//! session it does not have (observed answers: docs/REAL_ADAPTERS.md). The default is `-32002`
+//! plus `data.sessionId`, as SDK agents answer.
 
 use std::fmt;
 use std::str::FromStr;
@@ -10,49 +8,14 @@ use std::str::FromStr;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// Where `initialize` advertises the session capabilities.
+/// The deprecated `--capabilities-layout` values (see `--protocol`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum CapabilitiesLayout {
-    /// ACP v1: `agentCapabilities.loadSession` and `agentCapabilities.sessionCapabilities.*`,
-    /// identity in `agentInfo`.
+    /// ACP v1 (no change).
     #[default]
     V1,
-    /// The ACP v2 draft: `capabilities.session.{load, resume, close}` (each `{}` when
-    /// supported, absent otherwise), identity in `info`; no `agentCapabilities`, no `agentInfo`.
+    /// Now `--protocol v2`: the real v2 answer (`protocolVersion: 2`, `capabilities.session`).
     V2,
-}
-
-/// What the advertised capabilities are, independent of the layout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Advertised {
-    /// `session/load`.
-    pub load: bool,
-    /// `session/resume`.
-    pub resume: bool,
-    /// `session/close`.
-    pub close: bool,
-}
-
-/// The `initialize` result in the ACP v2 draft layout (protocol version 1 on the wire, because
-/// clients speaking v1 must still accept the answer).
-#[must_use]
-pub fn v2_initialize_result(caps: Advertised, name: &str, version: &str) -> Value {
-    let mut session = serde_json::Map::new();
-    for (key, on) in [
-        ("load", caps.load),
-        ("resume", caps.resume),
-        ("close", caps.close),
-    ] {
-        if on {
-            session.insert(key.to_owned(), json!({}));
-        }
-    }
-    json!({
-        "protocolVersion": 1,
-        "info": {"name": name, "version": version},
-        "capabilities": {"session": session},
-        "authMethods": [],
-    })
 }
 
 /// The error answered to `session/load` / `session/resume` of a session the agent does not
@@ -170,35 +133,6 @@ impl fmt::Display for MissingSessionAnswer {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn v2_layout_lists_only_what_is_supported() {
-        let all = v2_initialize_result(
-            Advertised {
-                load: true,
-                resume: true,
-                close: true,
-            },
-            "n",
-            "1",
-        );
-        assert_eq!(
-            all["capabilities"]["session"],
-            json!({"load": {}, "resume": {}, "close": {}})
-        );
-        assert_eq!(all["info"], json!({"name": "n", "version": "1"}));
-        assert!(all.get("agentCapabilities").is_none() && all.get("agentInfo").is_none());
-        let none = v2_initialize_result(
-            Advertised {
-                load: false,
-                resume: false,
-                close: false,
-            },
-            "n",
-            "1",
-        );
-        assert_eq!(none["capabilities"]["session"], json!({}));
-    }
 
     #[test]
     fn presets_and_json_answers_parse() {

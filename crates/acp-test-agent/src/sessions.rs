@@ -190,6 +190,38 @@ impl Sessions {
         Ok(transcript)
     }
 
+    /// Every stored session (in `cwd` only, when given), ordered by id.
+    pub fn list(&self, cwd: Option<&Path>) -> Result<Vec<schema::SessionInfo>, SessionError> {
+        let dir = Transcript::dir(self.state_dir());
+        let entries = std::fs::read_dir(&dir).map_err(|source| {
+            SessionError::Store(TranscriptError::Io {
+                action: "listing",
+                path: dir.clone(),
+                source,
+            })
+        })?;
+        let mut ids: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".json").map(str::to_owned)
+            })
+            .collect();
+        ids.sort();
+        let mut sessions = Vec::new();
+        for id in ids {
+            let transcript = match Transcript::read(self.state_dir(), &id) {
+                Ok(t) => t,
+                Err(TranscriptError::NotFound { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if cwd.is_none_or(|cwd| cwd == transcript.cwd) {
+                sessions.push(schema::SessionInfo::new(id, transcript.cwd));
+            }
+        }
+        Ok(sessions)
+    }
+
     /// Drops a live session (the transcript stays on disk) and cancels its running prompts.
     pub fn close(&self, session_id: &str) -> Result<(), SessionError> {
         let live = self

@@ -16,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::error::AgentError;
-use crate::harness::{FrameKind, WireFrame};
+use crate::harness::{Direction, FrameKind, WireFrame};
 
 /// Exit status used by `--exit-on-request`, distinct from 1 (startup errors) and signals.
 pub(crate) const EXIT_ON_REQUEST_STATUS: i32 = 3;
@@ -42,6 +42,8 @@ pub(crate) struct WireTap {
     /// The agent id written into every frame: the process id, or a per-instance number for an
     /// agent served inside its client's process.
     pid: u32,
+    /// Whether the lines the agent writes are logged too.
+    log_sent: bool,
 }
 
 impl WireTap {
@@ -75,6 +77,7 @@ impl WireTap {
             }),
             counted: AtomicU64::new(0),
             pid: std::process::id(),
+            log_sent: false,
         })
     }
 
@@ -87,9 +90,28 @@ impl WireTap {
         })
     }
 
+    /// Also logs the lines the agent writes (`--wire-log-sent`), as [`Direction::Sent`] frames.
+    #[must_use]
+    pub fn logging_sent(mut self, log_sent: bool) -> Self {
+        self.log_sent = log_sent;
+        self
+    }
+
+    /// Logs the frames of one line the agent wrote, when asked to.
+    pub fn on_sent_line(&self, line: &str) {
+        if !self.log_sent {
+            return;
+        }
+        if let Some(log) = &self.log {
+            for frame in frames_of_line(line, now_ms(), self.pid, Direction::Sent) {
+                append_frame(log, &frame);
+            }
+        }
+    }
+
     /// Logs the frames of one received line, then exits the process if the exit rule fires.
     pub fn on_received_line(&self, line: &str) {
-        let frames = frames_of_line(line, now_ms(), self.pid);
+        let frames = frames_of_line(line, now_ms(), self.pid, Direction::Received);
         if let Some(log) = &self.log {
             for frame in &frames {
                 append_frame(log, frame);
@@ -138,7 +160,7 @@ fn now_ms() -> u64 {
 
 /// The frames of one raw line: one for a single message, one per element for a batch, none for
 /// a line that is not JSON-RPC (the SDK answers those itself; they are only traced here).
-fn frames_of_line(line: &str, ts_ms: u64, pid: u32) -> Vec<WireFrame> {
+fn frames_of_line(line: &str, ts_ms: u64, pid: u32, direction: Direction) -> Vec<WireFrame> {
     let bytes = line.len() as u64;
     let messages = match serde_json::from_str::<Value>(line) {
         Ok(Value::Array(items)) => items,
@@ -155,6 +177,7 @@ fn frames_of_line(line: &str, ts_ms: u64, pid: u32) -> Vec<WireFrame> {
                 return None;
             };
             let id = fields.remove("id");
+            let mut error = false;
             let (kind, method, params) = match fields.remove("method") {
                 Some(Value::String(method)) => {
                     let kind = if id.is_some() {
@@ -169,6 +192,7 @@ fn frames_of_line(line: &str, ts_ms: u64, pid: u32) -> Vec<WireFrame> {
                     )
                 }
                 _ => {
+                    error = fields.contains_key("error") && !fields.contains_key("result");
                     let outcome = fields.remove("result").or_else(|| fields.remove("error"))?;
                     (FrameKind::Response, None, outcome)
                 }
@@ -181,6 +205,8 @@ fn frames_of_line(line: &str, ts_ms: u64, pid: u32) -> Vec<WireFrame> {
                 id,
                 bytes,
                 params,
+                direction,
+                error,
             })
         })
         .collect()
@@ -200,6 +226,7 @@ mod tests {
                {"jsonrpc":"2.0"}]"#,
             5,
             42,
+            Direction::Received,
         );
         let kinds: Vec<_> = frames.iter().map(|f| f.kind).collect();
         assert_eq!(
@@ -216,8 +243,9 @@ mod tests {
         assert_eq!(frames[1].id, None);
         assert_eq!(frames[2].params["outcome"]["outcome"], "cancelled");
         assert_eq!(frames[3].params["code"], -1);
+        assert!(frames[3].error && !frames[2].error);
         assert!(frames.iter().all(|f| f.pid == 42 && f.ts_ms == 5));
-        assert!(frames_of_line("not json", 0, 0).is_empty());
+        assert!(frames_of_line("not json", 0, 0, Direction::Sent).is_empty());
     }
 
     #[test]

@@ -20,15 +20,17 @@
 //! # Known signals
 //!
 //! Rules apply in this order; the first match decides. "Observed" rows were seen offline
-//! against the real adapter and a fake LLM (docs/REAL_ADAPTERS.md); "reported" rows come from
-//! reports of other users and are not reproduced here.
+//! against the real adapter (docs/REAL_ADAPTERS.md, "Observed facts", with the adapter
+//! versions pinned in tools/adapters/package.json); "reported" rows come from reports of other
+//! users and are not reproduced here. The agent's whole answer (code, message, data) is kept in
+//! [`AgentFailure`] so a new row can be added from what an adapter really said.
 //!
 //! | # | Agent | Answer | Verdict | Source |
 //! |---|---|---|---|---|
-//! | 1 | any | `-32601` method not found | Unsupported | JSON-RPC |
-//! | 2 | any (codex-acp 0.16.0, claude-agent-acp 0.101.0, acp-test-agent) | `-32002` resource not found, with or without `data.sessionId` | Gone | observed (unknown id, deleted storage; claude also after its subprocess died) |
-//! | 3 | opencode (`agentInfo.name` "OpenCode"; 1.18.33) | `-32603`, message contains "OpenCode service failure", `data.service` = "session" | Gone | observed (unknown id, deleted storage) |
-//! | 4 | claude-agent-acp (`@agentclientprotocol/claude-agent-acp`, `@zed-industries/claude-agent-acp`) | `-32603`, `data.details` says `--resume requires a valid session ID` | Gone | observed 0.101.0 (an id that is not a UUID) |
+//! | 1 | any (claude-agent-acp 0.101.0 answers it to `session/load` under v2) | `-32601` method not found | Unsupported | JSON-RPC; observed 2026-12-01 |
+//! | 2 | any (codex-acp 0.16.0, claude-agent-acp 0.101.0, acp-test-agent) | `-32002` resource not found, with or without `data.sessionId` | Gone | observed 2026-11-30 (unknown id, deleted storage; claude also after its subprocess died); re-observed 2026-12-01 for `session/resume` and `session/load`, UUID and non-UUID ids (codex: no `data`), claude under v1 and v2 (UUID: `data.sessionId`) |
+//! | 3 | opencode (`agentInfo.name` "OpenCode"; 1.18.33) | `-32603`, message contains "OpenCode service failure", `data.service` = "session" | Gone | observed 2026-11-30 (unknown id, deleted storage); re-observed 2026-12-01 on `session/resume` and `session/load`, UUID and non-UUID ids |
+//! | 4 | claude-agent-acp (`@agentclientprotocol/claude-agent-acp`, `@zed-industries/claude-agent-acp`) | `-32603`, `data.details` says `--resume requires a valid session ID` | Gone | observed 0.101.0 (an id that is not a UUID), on `session/resume` and `session/load`, v1 and v2 (2026-12-01) |
 //! | 5 | any (claude-agent-acp before `-32002`, cursor-agent, opencode elsewhere) | `-32602` or `-32603` whose message or any `data` string contains "session not found" | Gone | reported |
 //! | 6 | goose, gemini-cli | no distinctive signal known: rows 1, 2 and 5 apply | — | — |
 //! | 7 | any | anything else (`-32000` auth required, other `-32603`, `-32602` without the text, …) | Indeterminate | — |
@@ -213,6 +215,23 @@ mod tests {
         );
         assert_eq!(
             classify(&f, &anonymous()),
+            Verdict::Unsupported(Signal::MethodNotFound)
+        );
+    }
+
+    #[test]
+    fn row1_claude_agent_acp_v2_has_no_session_load() {
+        // Observed 2026-12-01: claude-agent-acp 0.101.0 under protocol version 2.
+        let f = failure(
+            -32601,
+            "\"Method not found\": session/load",
+            Some(json!({"method": "session/load"})),
+        );
+        assert_eq!(
+            classify(
+                &f,
+                &agent("@agentclientprotocol/claude-agent-acp", "0.101.0")
+            ),
             Verdict::Unsupported(Signal::MethodNotFound)
         );
     }

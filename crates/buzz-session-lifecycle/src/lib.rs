@@ -29,7 +29,9 @@
 //! | [`receipt_view`] | what the lifecycle knows of a receipt; write conditions |
 //! | [`lifecycle`] | [`Lifecycle`]: the per-scope phases tying these together |
 //! | [`decision`], [`telemetry`] | what the harness executes, what the driver executes, what happened |
-//! | [`classify`], [`gate`], [`notice`] | agent errors, agent capabilities, notice texts |
+//! | [`classify`] | what an agent's error says about a stored session (gone or not) |
+//! | [`gate`] | which session methods the agent advertised, read by the negotiated ACP version |
+//! | [`notice`] | what a thread is told |
 //!
 //! The imperative shell: [`driver`] (clock, mailbox, record sink), [`store_io`] with
 //! [`write_queue`] and [`receipts`] (the store off the event loop), [`dispatch`] (queue → turns,
@@ -71,7 +73,7 @@ pub use clock::Moment;
 pub use decision::{Command, Notice, NoticeCause, StoreOp};
 pub use dispatch::{Claimed, Inbox, Step, Workers};
 pub use driver::Driver;
-pub use gate::{AgentCaps, RestoreMethod, restore_method};
+pub use gate::{AgentCaps, Negotiated, RestoreMethod, restore_method};
 pub use lifecycle::{Lifecycle, LifecycleConfig, close_allowed};
 pub use mailbox::{Mailbox, Report, Reporter};
 pub use outcome::{AfterTurn, Delivered, Opened, TurnOutcome};

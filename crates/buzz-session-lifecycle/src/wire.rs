@@ -6,10 +6,17 @@
 //! * **Replayed history stays private.** While a `session/load` is in flight the agent replays
 //!   the whole conversation as `session/update` notifications. They must not reach the observer
 //!   (and so the relay): it would republish the entire prior conversation on every restart
-//!   (#2633). [`WireWatch::hide`] tracks the load request and its answer by JSON-RPC id and
-//!   hides the replay of exactly that session in between.
-//! * **Capabilities in either layout.** The typed `initialize` answer drops fields it does not
-//!   know, such as the ACP v2 draft's `capabilities.session`. The tap keeps the raw result.
+//!   (#2633). A `session/resume` without `replayFrom` must not replay (ACP v2 draft, "Session
+//!   Setup": "When `replayFrom` is omitted or `null`, the Agent MUST NOT replay the
+//!   conversation history"; v1 "resume" restores without replay), but an agent may replay
+//!   anyway, or send updates for the session while it restores it. So [`WireWatch::hide`]
+//!   tracks every restore request (`session/load` and `session/resume`) and its answer by
+//!   JSON-RPC id, and hides every `session/update` of exactly that session in between. Updates
+//!   of other sessions, and of the session after the answer, pass.
+//! * **Capabilities by the negotiated version.** The typed `initialize` answer drops fields
+//!   its version does not know, such as the ACP v2 draft's `capabilities.session`. The tap keeps
+//!   the raw result and reads it with [`AgentCaps::from_initialize`], which looks at the
+//!   answer's `protocolVersion` first ([`crate::gate`]).
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -18,16 +25,20 @@ use serde_json::Value;
 use crate::classify::AgentIdentity;
 use crate::gate::AgentCaps;
 
+/// The quoted method names that open a window in which the session's updates are hidden.
+const RESTORE_METHODS: [&str; 2] = ["\"session/load\"", "\"session/resume\""];
+
 #[derive(Debug, Default)]
 struct Watch {
     /// The id of the `initialize` request, until its answer arrives.
     initialize: Option<Value>,
-    /// The session capabilities of the `initialize` answer (both layouts), once it arrived.
+    /// The session capabilities of the `initialize` answer (read by its negotiated version),
+    /// once it arrived.
     caps: Option<AgentCaps>,
     /// Who the agent said it is at `initialize`.
     identity: AgentIdentity,
-    /// Loads in flight: (request id, session id).
-    loading: Vec<(Value, String)>,
+    /// Restores in flight (`session/load`, `session/resume`): (request id, session id).
+    restoring: Vec<(Value, String)>,
 }
 
 /// Watches one agent connection's lines. Cheap for ordinary traffic: a line is parsed only when
@@ -46,13 +57,13 @@ impl WireWatch {
     /// lines the harness writes to the agent.
     pub fn hide(&self, line: &str, outgoing: bool) -> bool {
         if outgoing {
-            if line.contains("\"session/load\"") || line.contains("\"initialize\"") {
+            if RESTORE_METHODS.iter().any(|m| line.contains(m)) || line.contains("\"initialize\"") {
                 self.outgoing(line);
             }
             return false;
         }
         let mut watch = self.lock();
-        if watch.initialize.is_none() && watch.loading.is_empty() {
+        if watch.initialize.is_none() && watch.restoring.is_empty() {
             return false;
         }
         let Ok(frame) = serde_json::from_str::<Value>(line) else {
@@ -68,13 +79,13 @@ impl WireWatch {
                     watch.identity = identity_of(result);
                 }
             }
-            watch.loading.retain(|(load_id, _)| *load_id != id);
+            watch.restoring.retain(|(request_id, _)| *request_id != id);
             return false;
         }
         frame["method"] == "session/update"
             && frame["params"]["sessionId"]
                 .as_str()
-                .is_some_and(|sid| watch.loading.iter().any(|(_, s)| s == sid))
+                .is_some_and(|sid| watch.restoring.iter().any(|(_, s)| s == sid))
     }
 
     fn outgoing(&self, line: &str) {
@@ -87,16 +98,17 @@ impl WireWatch {
         let mut watch = self.lock();
         match frame["method"].as_str() {
             Some("initialize") => watch.initialize = Some(id),
-            Some("session/load") => {
+            Some("session/load" | "session/resume") => {
                 if let Some(sid) = frame["params"]["sessionId"].as_str() {
-                    watch.loading.push((id, sid.to_string()));
+                    watch.restoring.push((id, sid.to_string()));
                 }
             }
             _ => {}
         }
     }
 
-    /// The session capabilities from the raw `initialize` answer (both layouts), once it arrived.
+    /// The session capabilities from the raw `initialize` answer, read by the version it
+    /// negotiated, once it arrived.
     pub fn caps(&self) -> Option<AgentCaps> {
         self.lock().caps
     }
@@ -120,6 +132,7 @@ fn identity_of(result: &Value) -> AgentIdentity {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::{Negotiated, RestoreMethod};
 
     #[test]
     fn replay_of_the_loading_session_is_hidden_until_its_answer() {
@@ -166,7 +179,68 @@ mod tests {
     }
 
     #[test]
-    fn initialize_result_gives_caps_and_identity_in_either_layout() {
+    fn a_v2_agent_replaying_during_resume_is_hidden_as_a_v1_load_is() {
+        let w = WireWatch::default();
+        w.hide(
+            r#"{"jsonrpc":"2.0","id":"i","method":"initialize","params":{"protocolVersion":2}}"#,
+            true,
+        );
+        w.hide(
+            r#"{"jsonrpc":"2.0","id":"i","result":{"protocolVersion":2,"capabilities":{"session":{}},"info":{"name":"n","version":"1"}}}"#,
+            false,
+        );
+        assert!(!w.hide(
+            r#"{"jsonrpc":"2.0","id":"r1","method":"session/resume","params":{"sessionId":"s1","cwd":"/"}}"#,
+            true
+        ));
+        let replayed = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"old"}}}}"#;
+        let other = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s2","update":{}}}"#;
+        assert!(
+            w.hide(replayed, false),
+            "a replay the client did not ask for"
+        );
+        assert!(!w.hide(other, false));
+        assert!(!w.hide(r#"{"jsonrpc":"2.0","id":"r1","result":{}}"#, false));
+        assert!(!w.hide(replayed, false), "live after the resume answer");
+    }
+
+    #[test]
+    fn a_v1_resume_in_flight_hides_the_sessions_updates_until_its_error() {
+        let w = WireWatch::default();
+        w.hide(
+            r#"{"id":3,"method":"session/resume","params":{"sessionId":"s1","cwd":"/"}}"#,
+            true,
+        );
+        let update = r#"{"method":"session/update","params":{"sessionId":"s1","update":{}}}"#;
+        assert!(w.hide(update, false));
+        w.hide(
+            r#"{"id":3,"error":{"code":-32002,"message":"Resource not found"}}"#,
+            false,
+        );
+        assert!(!w.hide(update, false));
+    }
+
+    #[test]
+    fn overlapping_restores_each_end_their_own_window() {
+        let w = WireWatch::default();
+        w.hide(
+            r#"{"id":"a","method":"session/load","params":{"sessionId":"s1"}}"#,
+            true,
+        );
+        w.hide(
+            r#"{"id":"b","method":"session/resume","params":{"sessionId":"s2"}}"#,
+            true,
+        );
+        let s1 = r#"{"method":"session/update","params":{"sessionId":"s1"}}"#;
+        let s2 = r#"{"method":"session/update","params":{"sessionId":"s2"}}"#;
+        assert!(w.hide(s1, false) && w.hide(s2, false));
+        w.hide(r#"{"id":"b","result":{}}"#, false);
+        assert!(w.hide(s1, false), "s1 is still loading");
+        assert!(!w.hide(s2, false), "s2 is resumed");
+    }
+
+    #[test]
+    fn initialize_result_gives_caps_by_version_and_identity() {
         let w = WireWatch::default();
         assert_eq!(w.caps(), None);
         w.hide(
@@ -174,11 +248,13 @@ mod tests {
             true,
         );
         w.hide(
-            r#"{"jsonrpc":"2.0","id":"i","result":{"protocolVersion":2,"capabilities":{"session":{"load":{},"close":{}}},"info":{"name":"opencode","version":"1.18.33"}}}"#,
+            r#"{"jsonrpc":"2.0","id":"i","result":{"protocolVersion":2,"capabilities":{"session":{"delete":{}}},"info":{"name":"opencode","version":"1.18.33"}}}"#,
             false,
         );
         let caps = w.caps().unwrap();
-        assert!(caps.load && caps.close && !caps.resume);
+        assert_eq!(caps.negotiated, Negotiated::V2);
+        assert_eq!(caps.restore(), Some(RestoreMethod::Resume));
+        assert!(caps.may_close() && caps.delete && !caps.load);
         assert_eq!(
             w.identity(),
             AgentIdentity {
@@ -186,5 +262,20 @@ mod tests {
                 version: Some("1.18.33".into())
             }
         );
+    }
+
+    #[test]
+    fn a_v1_initialize_result_gives_v1_caps_and_agent_info() {
+        let w = WireWatch::default();
+        w.hide(r#"{"id":0,"method":"initialize","params":{}}"#, true);
+        w.hide(
+            r#"{"id":0,"result":{"protocolVersion":1,"agentCapabilities":{"loadSession":true},"agentInfo":{"name":"codex-acp","version":"0.16.0"}}}"#,
+            false,
+        );
+        let caps = w.caps().unwrap();
+        assert_eq!(caps.negotiated, Negotiated::V1);
+        assert_eq!(caps.restore(), Some(RestoreMethod::Load));
+        assert!(!caps.may_close());
+        assert_eq!(w.identity().name.as_deref(), Some("codex-acp"));
     }
 }
