@@ -6,7 +6,8 @@
 //! lifetime after its *last* use (a hit refreshes it, as both providers document). A request
 //! made at time `t` can then be served the longest prefix it shares with any earlier request to
 //! the same model made no earlier than `t - lifetime`: a prefix read within the lifetime was
-//! refreshed by that read. Real caches serve less (OpenAI from 1024 tokens on, in 128-token
+//! refreshed by that read. Prefixes are compared in whole segments of the prompt layout
+//! ([`shared_prefix`]). Real caches serve less (OpenAI from 1024 tokens on, in 128-token
 //! steps; Anthropic only up to a `cache_control` breakpoint), so these numbers say what a
 //! resume *could* save at best, and what it cannot save at all.
 //!
@@ -16,7 +17,7 @@
 
 use std::time::Duration;
 
-use crate::prompt::{Lifetime, common_prefix};
+use crate::prompt::{Lifetime, shared_prefix};
 
 /// What the cache could have served of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -89,7 +90,7 @@ impl CacheLedger {
             ..CacheReport::default()
         };
         for entry in self.entries.iter().filter(|e| e.model == model) {
-            let shared = common_prefix(&entry.text, text);
+            let shared = shared_prefix(&entry.text, text);
             let age = now.saturating_sub(entry.at);
             if age <= Lifetime::FiveMinutes.duration() {
                 report.cached_5m = report.cached_5m.max(shared);
@@ -109,7 +110,7 @@ mod tests {
     #[test]
     fn the_first_request_reads_everything_fresh() {
         let mut ledger = CacheLedger::new();
-        let r = ledger.observe("m", b"system|tools|q1", Duration::ZERO);
+        let r = ledger.observe("m", b"system\ntools\nq1", Duration::ZERO);
         assert_eq!(r.prompt_bytes, 15);
         assert_eq!((r.cached_5m, r.cached_1h), (0, 0));
         assert_eq!(r.fresh(Lifetime::FiveMinutes), 15);
@@ -118,8 +119,8 @@ mod tests {
     #[test]
     fn a_follow_up_a_minute_later_shares_the_whole_earlier_prompt() {
         let mut ledger = CacheLedger::new();
-        ledger.observe("m", b"system|tools|q1", Duration::ZERO);
-        let r = ledger.observe("m", b"system|tools|q1|a1|q2", MIN);
+        ledger.observe("m", b"system\ntools\nq1", Duration::ZERO);
+        let r = ledger.observe("m", b"system\ntools\nq1\na1\nq2", MIN);
         assert_eq!((r.cached_5m, r.cached_1h), (15, 15));
         assert_eq!(r.fresh(Lifetime::OneHour), 6);
     }
@@ -127,10 +128,10 @@ mod tests {
     #[test]
     fn after_fifteen_minutes_only_the_hour_cache_serves() {
         let mut ledger = CacheLedger::new();
-        ledger.observe("m", b"system|tools|q1", Duration::ZERO);
-        let r = ledger.observe("m", b"system|tools|q1|a1|q2", 15 * MIN);
+        ledger.observe("m", b"system\ntools\nq1", Duration::ZERO);
+        let r = ledger.observe("m", b"system\ntools\nq1\na1\nq2", 15 * MIN);
         assert_eq!((r.cached_5m, r.cached_1h), (0, 15));
-        let later = ledger.observe("m", b"system|tools|q1|a1|q2|a2|q3", 76 * MIN);
+        let later = ledger.observe("m", b"system\ntools\nq1\na1\nq2\na2\nq3", 76 * MIN);
         assert_eq!(
             (later.cached_5m, later.cached_1h),
             (0, 0),
@@ -141,27 +142,27 @@ mod tests {
     #[test]
     fn a_hit_refreshes_the_shared_prefix() {
         let mut ledger = CacheLedger::new();
-        ledger.observe("m", b"system|tools|q1", Duration::ZERO);
-        // A title request at minute 4 shares "system|" and keeps it alive.
-        ledger.observe("m", b"system|hello", 4 * MIN);
-        let r = ledger.observe("m", b"system|tools|q1|a1|q2", 8 * MIN);
-        assert_eq!(r.cached_5m, 7);
+        ledger.observe("m", b"system\ntools\nq1", Duration::ZERO);
+        // A title request at minute 4 shares the segment "system" and keeps it alive.
+        ledger.observe("m", b"system\nhello", 4 * MIN);
+        let r = ledger.observe("m", b"system\ntools\nq1\na1\nq2", 8 * MIN);
+        assert_eq!(r.cached_5m, "system".len());
         assert_eq!(r.cached_1h, 15);
     }
 
     #[test]
     fn a_rejected_request_caches_nothing() {
         let mut ledger = CacheLedger::new();
-        ledger.peek("m", b"system|tools|q1", Duration::ZERO);
-        let r = ledger.observe("m", b"system|tools|q1", MIN);
+        ledger.peek("m", b"system\ntools\nq1", Duration::ZERO);
+        let r = ledger.observe("m", b"system\ntools\nq1", MIN);
         assert_eq!((r.cached_5m, r.cached_1h), (0, 0));
     }
 
     #[test]
     fn models_have_separate_caches() {
         let mut ledger = CacheLedger::new();
-        ledger.observe("small", b"system|tools|q1", Duration::ZERO);
-        let r = ledger.observe("big", b"system|tools|q1", Duration::ZERO);
+        ledger.observe("small", b"system\ntools\nq1", Duration::ZERO);
+        let r = ledger.observe("big", b"system\ntools\nq1", Duration::ZERO);
         assert_eq!((r.cached_5m, r.cached_1h), (0, 0));
     }
 }

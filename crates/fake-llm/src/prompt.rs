@@ -7,7 +7,7 @@
 //!
 //! | API | order |
 //! |---|---|
-//! | Anthropic Messages | `tools`, `system` (a string, or each block), then each message: its role, then each content block |
+//! | Anthropic Messages | `tools`, each `system` block, then each message: its role, then each content block |
 //! | OpenAI Responses | `tools`, `instructions`, then each `input` item |
 //! | Chat Completions | `tools`, then each message |
 //!
@@ -16,9 +16,12 @@
 //! it only matters when tools change while instructions stay (they never do in our runs).
 //! `cache_control` markers are left out of the segments, because Claude Code moves its marker
 //! to the newest message on every turn and the cached text does not change with it; where the
-//! last marker sits is kept apart ([`Prompt::breakpoint_end`]). Segments are joined by a
-//! newline, which compact JSON never contains, so two different segmentations cannot produce
-//! the same bytes.
+//! last marker sits is kept apart ([`Prompt::breakpoint_end`]). For the same reason an
+//! Anthropic content (or `system`) given as a plain string is laid out as the one text block it
+//! stands for: Claude Code sends a message as blocks while it carries the marker and as a
+//! string afterwards, and the model reads the same tokens. Segments are joined by a newline,
+//! which compact JSON never contains, so two different segmentations cannot produce the same
+//! bytes, and prefixes are compared in whole segments ([`shared_prefix`]).
 //!
 //! Tokens are estimated as bytes / 4, rounded up ([`tokens`]): a documented, deterministic rule
 //! of thumb for English text and JSON, with no tokenizer to ship.
@@ -69,14 +72,22 @@ impl Lifetime {
     }
 }
 
+/// How the last user message of a background request that does offer tools opens. Claude
+/// Code's prompt suggestion (after a turn, a fork of the conversation asking the model what the
+/// user might type next) keeps the tool list so that it shares the conversation's cached
+/// prefix; only its last message tells it apart.
+pub const BACKGROUND_OPENINGS: &[&str] = &["[SUGGESTION MODE:"];
+
 /// Whether the model call belongs to the conversation or is one an adapter makes on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RequestKind {
     /// A turn of the conversation: the request offers the agent's tools.
     Turn,
-    /// Title generation, summaries, probes: the request offers no tools. Every agent of the
-    /// tier sends its tool list on every conversation turn, and none on these.
+    /// Title generation, summaries, suggestions, probes: the request offers no tools (every
+    /// agent of the tier sends its tool list on every conversation turn, and none on its title
+    /// and summary calls), or its last user message opens with one of
+    /// [`BACKGROUND_OPENINGS`].
     Background,
 }
 
@@ -105,18 +116,14 @@ impl Prompt {
         }
         match api {
             Api::Anthropic => {
-                match body.get("system") {
-                    Some(Value::Array(blocks)) => blocks.iter().for_each(|b| layout.push(b)),
-                    Some(system @ Value::String(_)) => layout.push(system),
-                    _ => {}
+                if let Some(system) = body.get("system") {
+                    layout.push_blocks(system);
                 }
                 let messages = body.get("messages").and_then(Value::as_array);
                 for message in messages.into_iter().flatten() {
                     layout.push(&serde_json::json!({"role": message.get("role")}));
-                    match message.get("content") {
-                        Some(Value::Array(blocks)) => blocks.iter().for_each(|b| layout.push(b)),
-                        Some(content) => layout.push(content),
-                        None => {}
+                    if let Some(content) = message.get("content") {
+                        layout.push_blocks(content);
                     }
                 }
             }
@@ -135,7 +142,11 @@ impl Prompt {
                 messages.into_iter().flatten().for_each(|m| layout.push(m));
             }
         }
-        let kind = if tools.is_some_and(|t| !t.is_empty()) {
+        let offers_tools = tools.is_some_and(|t| !t.is_empty());
+        let marked_background = BACKGROUND_OPENINGS
+            .iter()
+            .any(|opening| last_user_text(body).trim_start().starts_with(opening));
+        let kind = if offers_tools && !marked_background {
             RequestKind::Turn
         } else {
             RequestKind::Background
@@ -163,6 +174,15 @@ struct Layout {
 }
 
 impl Layout {
+    /// Anthropic content: each block of a list, or a string as the text block it stands for.
+    fn push_blocks(&mut self, content: &Value) {
+        match content {
+            Value::Array(blocks) => blocks.iter().for_each(|b| self.push(b)),
+            Value::String(text) => self.push(&serde_json::json!({"type": "text", "text": text})),
+            other => self.push(other),
+        }
+    }
+
     fn push(&mut self, segment: &Value) {
         let mut clean = segment.clone();
         let marked = strip_cache_control(&mut clean);
@@ -225,10 +245,43 @@ fn any_one_hour_marker(value: &Value) -> bool {
     }
 }
 
-/// Length of the longest common prefix of `a` and `b`, in bytes.
+/// Length in bytes of the longest run of whole leading segments that the prompt texts `a` and
+/// `b` share (a provider caches at block and token boundaries; comparing whole segments keeps
+/// chance matches such as a shared `{"` out of the figures).
 #[must_use]
-pub fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+pub fn shared_prefix(a: &[u8], b: &[u8]) -> usize {
+    let equal = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let ends_segment = |text: &[u8], at: usize| at == text.len() || text[at] == b'\n';
+    if ends_segment(a, equal) && ends_segment(b, equal) {
+        return equal;
+    }
+    // Both texts are equal up to `equal`, so a separator before it is in both.
+    a[..equal].iter().rposition(|&c| c == b'\n').unwrap_or(0)
+}
+
+/// The text of the last user message (string content or its last text block), for telling
+/// background calls apart.
+fn last_user_text(body: &Value) -> &str {
+    let conversation = body.get("messages").or_else(|| body.get("input"));
+    let Some(Value::Array(items)) = conversation else {
+        return "";
+    };
+    let Some(last_user) = items
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+    else {
+        return "";
+    };
+    match last_user.get("content") {
+        Some(Value::String(text)) => text,
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .next_back()
+            .unwrap_or_default(),
+        _ => "",
+    }
 }
 
 #[cfg(test)]
@@ -297,9 +350,37 @@ mod tests {
     }
 
     #[test]
-    fn common_prefix_counts_equal_leading_bytes() {
-        assert_eq!(common_prefix(b"abcdef", b"abcxyz"), 3);
-        assert_eq!(common_prefix(b"abc", b"abcdef"), 3);
-        assert_eq!(common_prefix(b"", b"abc"), 0);
+    fn shared_prefix_counts_whole_segments() {
+        assert_eq!(shared_prefix(b"ab\ncd\nef", b"ab\ncd\nxy"), 5);
+        assert_eq!(shared_prefix(b"ab\ncd", b"ab\ncd\nef"), 5);
+        assert_eq!(shared_prefix(b"ab\ncd", b"ab\ncdef"), 2);
+        assert_eq!(shared_prefix(b"ab\ncd", b"ab\ncd"), 5);
+        assert_eq!(shared_prefix(b"{\"a\"", b"{\"b\""), 0);
+        assert_eq!(shared_prefix(b"", b"abc"), 0);
+    }
+
+    #[test]
+    fn string_content_reads_like_its_text_block() {
+        let blocks = json!({"system": [{"type": "text", "text": "sys"}], "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "q1",
+                "cache_control": {"type": "ephemeral"}}]}]});
+        let strings = json!({"system": "sys", "messages": [{"role": "user", "content": "q1"}]});
+        assert_eq!(
+            Prompt::of(Api::Anthropic, &blocks).text,
+            Prompt::of(Api::Anthropic, &strings).text
+        );
+    }
+
+    #[test]
+    fn a_suggestion_request_is_background_despite_its_tools() {
+        let body = json!({"tools": [{"name": "Read"}], "messages": [
+            {"role": "user", "content": "do it"},
+            {"role": "assistant", "content": "done"},
+            {"role": "user", "content": [{"type": "text",
+                "text": "[SUGGESTION MODE: Suggest what the user might type next.]"}]}]});
+        assert_eq!(
+            Prompt::of(Api::Anthropic, &body).kind,
+            RequestKind::Background
+        );
     }
 }

@@ -172,8 +172,10 @@ async fn keeps_the_connection_alive_for_json_answers() {
     let text = String::from_utf8(bytes).unwrap();
     assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 3, "{text}");
     assert!(text.contains("\"object\":\"list\""), "{text}");
-    // The estimate of the count_tokens body: `{"role":"user"}` and `"x"`, one line each.
-    let counted = json!({"role": "user"}).to_string().len() + 1 + 3;
+    // The estimate of the count_tokens body: the role and the text block "x", one line each.
+    let counted = json!({"role": "user"}).to_string().len()
+        + 1
+        + json!({"type": "text", "text": "x"}).to_string().len();
     assert!(
         text.ends_with(&format!("{{\"input_tokens\":{}}}", counted.div_ceil(4))),
         "{text}"
