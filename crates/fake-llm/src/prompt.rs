@@ -73,10 +73,14 @@ impl Lifetime {
 }
 
 /// How the last user message of a background request that does offer tools opens. Claude
-/// Code's prompt suggestion (after a turn, a fork of the conversation asking the model what the
-/// user might type next) keeps the tool list so that it shares the conversation's cached
-/// prefix; only its last message tells it apart.
-pub const BACKGROUND_OPENINGS: &[&str] = &["[SUGGESTION MODE:"];
+/// Code (2.1.318, bundled in claude-agent-acp 0.101.0) keeps the tool list on two calls of its
+/// own so that they share the conversation's cached prefix, and only their last message tells
+/// them apart: the prompt suggestion after a turn (what might the user type next) and the
+/// compaction summary.
+pub const BACKGROUND_OPENINGS: &[&str] = &[
+    "[SUGGESTION MODE:",
+    "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.",
+];
 
 /// Whether the model call belongs to the conversation or is one an adapter makes on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -368,6 +372,18 @@ mod tests {
         assert_eq!(
             Prompt::of(Api::Anthropic, &blocks).text,
             Prompt::of(Api::Anthropic, &strings).text
+        );
+    }
+
+    #[test]
+    fn a_compaction_request_is_background_despite_its_tools() {
+        let body = json!({"tools": [{"name": "Read"}], "messages": [
+            {"role": "user", "content": "do it"},
+            {"role": "user", "content": [{"type": "text",
+                "text": "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.\n- Summarize."}]}]});
+        assert_eq!(
+            Prompt::of(Api::Anthropic, &body).kind,
+            RequestKind::Background
         );
     }
 

@@ -220,25 +220,35 @@ pub fn error(status: u16, message: &str) -> Reply {
     )
 }
 
+/// The Responses API's message for a prompt over the window.
+const RESPONSES_OVERFLOW: &str =
+    "Your input exceeds the context window of this model. Please adjust your input and try again.";
+
 /// The provider's answer to a prompt of `tokens` estimated tokens over a window of `limit`:
 ///
 /// * Anthropic: 400, `invalid_request_error`, "prompt is too long: N tokens > M maximum";
-/// * Responses: 400, `invalid_request_error` with `code: "context_length_exceeded"` and
-///   `param: "input"`, "Your input exceeds the context window of this model. …";
+/// * Responses, streamed: the stream opens (`response.created`) and ends with
+///   `response.failed`, whose `response.error` has `code: "context_length_exceeded"` (a
+///   streamed response is accepted before its input is measured; codex maps exactly this
+///   event to its context-window error);
+/// * Responses, not streamed: 400, `invalid_request_error` with
+///   `code: "context_length_exceeded"` and `param: "input"`;
 /// * Chat Completions: 400, `invalid_request_error` with `code: "context_length_exceeded"` and
 ///   `param: "messages"`, "This model's maximum context length is M tokens. However, your
 ///   messages resulted in N tokens. …".
 ///
-/// The error comes before any stream starts, as a plain JSON response, which is how both
-/// providers reject a request they cannot take.
+/// `seq` makes the ids of a failed stream unique.
 #[must_use]
-pub fn context_overflow(api: Api, tokens: u64, limit: u64) -> Reply {
+pub fn context_overflow(api: Api, body: &Value, tokens: u64, limit: u64, seq: u64) -> Reply {
+    if api == Api::Responses && wants_stream(body) {
+        return responses_failed(body, seq);
+    }
     let body = match api {
         Api::Anthropic => json!({"type": "error", "error": {"type": "invalid_request_error",
             "message": format!("prompt is too long: {tokens} tokens > {limit} maximum")}}),
         Api::Responses => json!({"error": {"type": "invalid_request_error",
             "code": "context_length_exceeded", "param": "input",
-            "message": "Your input exceeds the context window of this model. Please adjust your input and try again."}}),
+            "message": RESPONSES_OVERFLOW}}),
         Api::Chat => json!({"error": {"type": "invalid_request_error",
             "code": "context_length_exceeded", "param": "messages",
             "message": format!("This model's maximum context length is {limit} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages.")}}),
@@ -360,6 +370,29 @@ fn responses(body: &Value, c: &Completion<'_>) -> Reply {
             "response.completed",
             &json!({"type": "response.completed", "sequence_number": 4,
                 "response": response("completed", json!([item]), c.usage.responses())}),
+        ),
+    ])
+}
+
+/// A Responses stream that fails for context overflow: `response.created`, then
+/// `response.failed` with the error.
+fn responses_failed(body: &Value, seq: u64) -> Reply {
+    let response_id = format!("resp_fake{seq:08}");
+    let response = |status: &str, error: Value| {
+        json!({"id": response_id, "object": "response", "status": status, "model": model(body),
+            "output": [], "usage": null, "error": error})
+    };
+    let error = json!({"code": "context_length_exceeded", "message": RESPONSES_OVERFLOW});
+    Reply::Stream(vec![
+        SseEvent::named(
+            "response.created",
+            &json!({"type": "response.created", "sequence_number": 0,
+                "response": response("in_progress", Value::Null)}),
+        ),
+        SseEvent::named(
+            "response.failed",
+            &json!({"type": "response.failed", "sequence_number": 1,
+                "response": response("failed", error)}),
         ),
     ])
 }
@@ -598,7 +631,8 @@ mod tests {
 
     #[test]
     fn context_overflow_in_each_providers_shape() {
-        let Reply::Json(400, a) = context_overflow(Api::Anthropic, 1200, 1000) else {
+        let any = json!({"model": "m"});
+        let Reply::Json(400, a) = context_overflow(Api::Anthropic, &any, 1200, 1000, 1) else {
             panic!("expected a 400");
         };
         assert_eq!(a["type"], "error");
@@ -607,12 +641,21 @@ mod tests {
             a["error"]["message"],
             "prompt is too long: 1200 tokens > 1000 maximum"
         );
-        let Reply::Json(400, r) = context_overflow(Api::Responses, 1200, 1000) else {
+        let Reply::Json(400, r) = context_overflow(Api::Responses, &any, 1200, 1000, 1) else {
             panic!("expected a 400");
         };
         assert_eq!(r["error"]["code"], "context_length_exceeded");
         assert_eq!(r["error"]["param"], "input");
-        let Reply::Json(400, c) = context_overflow(Api::Chat, 1200, 1000) else {
+        let streamed = json!({"model": "m", "stream": true});
+        let failed = stream_values(&context_overflow(Api::Responses, &streamed, 1200, 1000, 2));
+        assert_eq!(failed[0]["type"], "response.created");
+        assert_eq!(failed[1]["type"], "response.failed");
+        assert_eq!(failed[1]["response"]["status"], "failed");
+        assert_eq!(
+            failed[1]["response"]["error"]["code"],
+            "context_length_exceeded"
+        );
+        let Reply::Json(400, c) = context_overflow(Api::Chat, &streamed, 1200, 1000, 3) else {
             panic!("expected a 400");
         };
         assert_eq!(c["error"]["code"], "context_length_exceeded");

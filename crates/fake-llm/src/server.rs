@@ -371,7 +371,7 @@ fn completion(endpoint: Endpoint, request: &Request, shared: &Shared) -> Reply {
         shared.ledger().observe(model_key, &prompt.text, now)
     };
     let (reply, usage, outcome) = if overflow {
-        let reply = protocol::context_overflow(api, input_tokens, limit);
+        let reply = protocol::context_overflow(api, &body, input_tokens, limit, seq);
         (reply, None, Outcome::ContextOverflow)
     } else {
         let text = reply_text(&body, &seen);

@@ -335,10 +335,20 @@ async fn a_prompt_over_the_window_gets_each_providers_overflow_error() {
 
     let responses = json!({"model": "fake-model", "stream": true, "input": "y".repeat(1000)});
     let answer = exchange(server.addr(), &post("/v1/responses", &responses)).await;
-    assert_eq!(answer.status, 400);
-    let error: Value = serde_json::from_str(&answer.body).unwrap();
-    assert_eq!(error["error"]["code"], "context_length_exceeded");
-    assert_eq!(error["error"]["param"], "input");
+    assert_eq!(
+        answer.status, 200,
+        "a streamed response fails inside the stream"
+    );
+    let events = decode(&answer.body);
+    assert_eq!(
+        events.last().unwrap().event.as_deref(),
+        Some("response.failed")
+    );
+    let failed: Value = serde_json::from_str(&events.last().unwrap().data).unwrap();
+    assert_eq!(
+        failed["response"]["error"]["code"],
+        "context_length_exceeded"
+    );
 
     // The larger model has its own window: the same prompt is answered there.
     let mut large = body.clone();
