@@ -1,14 +1,27 @@
 //! The request log: one JSON line per completion request, for measurements.
 //!
 //! A measurement wants to know what the model had to re-read on each call (bytes, user
-//! messages, the facts it saw) without parsing adapter output. The record format is ours, so it
-//! is read back strictly (`deny_unknown_fields`).
+//! messages, the facts it saw, what a prompt cache could have served, whether the call was a
+//! conversation turn or one the adapter made on its own) without parsing adapter output. The
+//! record format is ours, so it is read back strictly (`deny_unknown_fields`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
+
+use crate::prompt::RequestKind;
+
+/// What the fake did with a completion request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Answered with a completion.
+    Answered,
+    /// Rejected: the prompt's estimated tokens exceed the model's window.
+    ContextOverflow,
+}
 
 /// One completion request as the log records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,6 +39,27 @@ pub struct RequestRecord {
     pub nonces: Vec<String>,
     /// Whether the request asked for a stream.
     pub stream: bool,
+    /// Conversation turn (the request offers tools) or background call (it offers none).
+    pub kind: RequestKind,
+    /// The fake clock when the request arrived, in milliseconds since the server started.
+    pub at_ms: u64,
+    /// Bytes of the prompt laid out in cache order ([`crate::prompt::Prompt`]): what the
+    /// token counts and cache figures are made of.
+    pub prompt_bytes: usize,
+    /// Of those, bytes a prompt cache with a 5-minute lifetime could have served.
+    pub cached_bytes_5m: usize,
+    /// Of those, bytes a prompt cache with a 1-hour lifetime could have served.
+    pub cached_bytes_1h: usize,
+    /// Estimated input tokens of the prompt (bytes / 4).
+    pub input_tokens: u64,
+    /// Input tokens the answer reported as read from cache.
+    pub cache_read_tokens: u64,
+    /// Output tokens the answer reported (0 when rejected).
+    pub output_tokens: u64,
+    /// The window of the request's model, in tokens.
+    pub context_limit_tokens: u64,
+    /// Answered, or rejected for context overflow.
+    pub outcome: Outcome,
 }
 
 /// Why the log could not be opened, written or read.
@@ -149,6 +183,16 @@ mod tests {
             user_messages: 2,
             nonces: vec!["alpha-7301".into()],
             stream: true,
+            kind: RequestKind::Turn,
+            at_ms: 60_000,
+            prompt_bytes: 40,
+            cached_bytes_5m: 20,
+            cached_bytes_1h: 30,
+            input_tokens: 10,
+            cache_read_tokens: 5,
+            output_tokens: 3,
+            context_limit_tokens: 200_000,
+            outcome: Outcome::Answered,
         };
         log.append(&record).unwrap();
         log.append(&record).unwrap();

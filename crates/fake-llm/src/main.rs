@@ -5,7 +5,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use fake_llm::FakeLlm;
+use fake_llm::models::{Catalogue, DEFAULT_CONTEXT_TOKENS};
+use fake_llm::{FakeLlm, Options};
 
 /// A loopback-only fake LLM (Anthropic Messages, OpenAI Responses, Chat Completions) whose
 /// replies report what each request contained.
@@ -20,9 +21,39 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     port_file: Option<PathBuf>,
 
-    /// Append one JSON line per completion request (path, model, bytes, user_messages, nonces).
+    /// Append one JSON line per completion request (path, model, bytes, user_messages, nonces,
+    /// kind, the fake clock, tokens and what a prompt cache could have served).
     #[arg(long, value_name = "FILE", env = "FAKE_LLM_LOG")]
     log: Option<PathBuf>,
+
+    /// The context window, in estimated tokens (bytes / 4), of every model without one of its
+    /// own (`fake-model` and any unlisted model). A prompt over it is answered with the
+    /// provider's context-overflow error.
+    #[arg(long, value_name = "N", env = "FAKE_LLM_CONTEXT_LIMIT_TOKENS", default_value_t = DEFAULT_CONTEXT_TOKENS)]
+    context_limit_tokens: u64,
+
+    /// A model and its own context window, `MODEL=TOKENS` (repeatable); the model is listed by
+    /// `GET /v1/models`. `test-large` has 1000000 unless given here.
+    #[arg(long = "model-limit", value_name = "MODEL=TOKENS", value_parser = parse_model_limit)]
+    model_limits: Vec<(String, u64)>,
+
+    /// Write every completion request body to this directory (`NNNNNN.json`), to see what an
+    /// adapter really sends.
+    #[arg(long, value_name = "DIR", env = "FAKE_LLM_CAPTURE_DIR")]
+    capture_dir: Option<PathBuf>,
+}
+
+fn parse_model_limit(text: &str) -> Result<(String, u64), String> {
+    let (model, tokens) = text
+        .split_once('=')
+        .ok_or_else(|| format!("expected MODEL=TOKENS, got {text:?}"))?;
+    if model.is_empty() {
+        return Err(format!("no model name in {text:?}"));
+    }
+    let tokens = tokens
+        .parse()
+        .map_err(|e| format!("bad token count in {text:?}: {e}"))?;
+    Ok((model.to_owned(), tokens))
 }
 
 #[tokio::main]
@@ -36,7 +67,16 @@ async fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let server = match FakeLlm::bind(args.port, args.log.as_deref()).await {
+    let mut catalogue = Catalogue::new(args.context_limit_tokens);
+    for (model, tokens) in &args.model_limits {
+        catalogue.set_limit(model, *tokens);
+    }
+    let options = Options {
+        log: args.log,
+        capture_dir: args.capture_dir,
+        catalogue,
+    };
+    let server = match FakeLlm::bind_with(args.port, options).await {
         Ok(server) => server,
         Err(e) => {
             tracing::error!(error = %e, "fake-llm cannot start");

@@ -63,7 +63,11 @@ impl fmt::Display for Adapter {
 }
 
 /// The model name every adapter is configured with; the fake LLM accepts any.
-pub const FAKE_MODEL: &str = "fake-model";
+pub const FAKE_MODEL: &str = fake_llm::models::DEFAULT_MODEL;
+/// The fake LLM's second model, offered by the adapters that can list it (opencode from its
+/// provider configuration, claude-agent-acp as its custom model option; codex-acp takes any
+/// name), so a session can switch models in place.
+pub const LARGE_MODEL: &str = fake_llm::models::LARGE_MODEL;
 
 impl Adapter {
     /// Every adapter of the tier.
@@ -201,6 +205,8 @@ impl AgentHome {
                         ("ANTHROPIC_BASE_URL", llm_base_url),
                         ("ANTHROPIC_API_KEY", "sk-ant-fake-offline"),
                         ("ANTHROPIC_MODEL", FAKE_MODEL),
+                        // Offered in the model select next to the built-in aliases.
+                        ("ANTHROPIC_CUSTOM_MODEL_OPTION", LARGE_MODEL),
                         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
                         ("DISABLE_AUTOUPDATER", "1"),
                     ]
@@ -298,8 +304,15 @@ fn codex_config(base_url: &str) -> String {
 }
 
 /// opencode: a custom OpenAI-compatible provider (Chat Completions), used for the main and the
-/// small (title) model, with sharing and updates off.
+/// small (title) model, with sharing and updates off. Both models of the fake LLM are listed
+/// with the fake's context windows: opencode only reports `usage_update` (and compacts on its
+/// own) for a model whose window it knows.
 fn opencode_config(base_url: &str) -> String {
+    use fake_llm::models::{DEFAULT_CONTEXT_TOKENS, LARGE_CONTEXT_TOKENS};
+    let model = |name: &str, context: u64| {
+        serde_json::json!({"name": name,
+            "limit": {"context": context, "output": OPENCODE_OUTPUT_TOKENS}})
+    };
     serde_json::json!({
         "model": format!("fake/{FAKE_MODEL}"),
         "small_model": format!("fake/{FAKE_MODEL}"),
@@ -310,12 +323,18 @@ fn opencode_config(base_url: &str) -> String {
                 "npm": "@ai-sdk/openai-compatible",
                 "name": "fake-llm",
                 "options": {"baseURL": format!("{base_url}/v1"), "apiKey": "fake-key"},
-                "models": {FAKE_MODEL: {"name": FAKE_MODEL}}
+                "models": {
+                    FAKE_MODEL: model(FAKE_MODEL, DEFAULT_CONTEXT_TOKENS),
+                    LARGE_MODEL: model(LARGE_MODEL, LARGE_CONTEXT_TOKENS)
+                }
             }
         }
     })
     .to_string()
 }
+
+/// The output reserve opencode is told for each model.
+const OPENCODE_OUTPUT_TOKENS: u64 = 32_000;
 
 /// Single-quotes `s` unless it is plainly safe.
 fn quote(s: &str) -> String {
@@ -369,6 +388,10 @@ mod tests {
         assert_eq!(
             opencode["provider"]["fake"]["options"]["baseURL"],
             "http://127.0.0.1:9/v1"
+        );
+        assert_eq!(
+            opencode["provider"]["fake"]["models"][LARGE_MODEL]["limit"]["context"],
+            fake_llm::models::LARGE_CONTEXT_TOKENS
         );
         assert_eq!(quote("a b'c"), "'a b'\\''c'");
         assert_eq!(quote(""), "''");

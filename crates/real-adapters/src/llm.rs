@@ -50,6 +50,17 @@ impl Llm {
         self.server.base_url()
     }
 
+    /// Pushes the fake LLM's clock ahead by `by`: an idle gap as its prompt cache sees it.
+    pub fn advance_clock(&self, by: std::time::Duration) {
+        self.server.advance_clock(by);
+    }
+
+    /// Sets the context window of `model` (with `None`: of every model without its own), so a
+    /// conversation can be driven into overflow.
+    pub fn set_context_limit(&self, model: Option<&str>, tokens: u64) {
+        self.server.set_context_limit(model, tokens);
+    }
+
     /// Every completion request so far.
     ///
     /// # Errors
