@@ -117,11 +117,10 @@ pub enum Verdict {
 impl AgentFailure {
     /// A failure with these parts.
     pub fn new(code: i32, message: &str, data: Option<&Value>) -> Self {
-        let (message, data) = (message.to_string(), data.cloned());
         AgentFailure {
             code,
-            message,
-            data,
+            message: message.to_string(),
+            data: data.cloned(),
         }
     }
 }

@@ -392,7 +392,8 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     fn keep(&mut self, scope: &K, resident: Resident) {
         let scopes = &self.scopes;
         let busy = |k: &K| scopes.get(k).is_some_and(|s| s.running().is_some());
-        let (slot, session_id) = (resident.slot, resident.session_id.clone());
+        let slot = resident.slot;
+        let session_id = resident.session_id.clone();
         let (new, gone) = self.residents.keep(scope, resident, busy);
         for (other, resident, reason) in gone {
             self.disposed(&other, resident, reason);
