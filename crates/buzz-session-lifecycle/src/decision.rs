@@ -56,6 +56,11 @@ pub enum NoticeCause {
     RestoreAbandoned,
     /// The receipt store could not be read in time; the answer comes from a new session.
     StoreUnavailable,
+    /// The harness retired the session (a limit, a configuration change) and continued in a new
+    /// one.
+    Rotated,
+    /// The session ran out of context space; the answer comes from a new session.
+    Exhausted,
 }
 
 /// A store operation, executed by the driver off the event loop, in order per scope.

@@ -143,7 +143,8 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
 
     /// See [`Lifecycle::settled`].
     pub fn settled(&mut self, scope: &K, delivered: Option<Delivered>) {
-        self.lifecycle.settled(scope, delivered);
+        let now = self.now();
+        self.lifecycle.settled(scope, delivered, now);
         self.take_out();
     }
 
@@ -221,6 +222,20 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                 Report::Undecided { method, detail } => {
                     self.lifecycle.restore_undecided(&scope, method, detail)
                 }
+                #[cfg(feature = "continuity")]
+                Report::HandoffTaken {
+                    from_session_id,
+                    text,
+                } => self
+                    .lifecycle
+                    .handoff_taken(&scope, &from_session_id, &text, now),
+                #[cfg(feature = "continuity")]
+                Report::HandoffUnavailable {
+                    from_session_id,
+                    detail,
+                } => self
+                    .lifecycle
+                    .handoff_unavailable(&scope, &from_session_id, &detail),
             }
         }
         let events = self.io.poll();

@@ -25,6 +25,22 @@ pub enum Report {
         /// What the agent said (or the timeout).
         detail: String,
     },
+    /// The retiring session answered the handoff instruction.
+    #[cfg(feature = "continuity")]
+    HandoffTaken {
+        /// The retiring session.
+        from_session_id: String,
+        /// Its answer.
+        text: String,
+    },
+    /// The retiring session could not answer the handoff instruction.
+    #[cfg(feature = "continuity")]
+    HandoffUnavailable {
+        /// The retiring session.
+        from_session_id: String,
+        /// Why (what the agent said, the timeout, its death).
+        detail: String,
+    },
 }
 
 /// Where turn tasks report. Cheap to clone; shared by the event loop (which drains it) and every

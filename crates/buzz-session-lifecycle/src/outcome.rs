@@ -47,7 +47,7 @@ pub enum Opened {
 }
 
 /// How a turn ended, in the lifecycle's terms.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum TurnOutcome {
     /// The agent answered; the reply is being published.
     Replied {
@@ -68,7 +68,11 @@ pub enum TurnOutcome {
     },
     /// The agent reported an error (or the restore failed without a definitive answer, which
     /// the task reported separately); the input comes back.
-    Failed,
+    Failed {
+        /// What the agent said (`None`: not an agent error, e.g. a protocol error), and who it
+        /// is.
+        failure: Option<(crate::classify::AgentFailure, crate::classify::AgentIdentity)>,
+    },
     /// The worker process died or the turn task crashed; the input comes back.
     WorkerLost,
 }
@@ -94,6 +98,21 @@ pub struct Delivered {
     pub standing_context_sent: bool,
     /// Event ids shown to the session, as triggers or as context.
     pub event_ids: Vec<String>,
+    /// The last usage the session reported.
+    pub usage: Option<buzz_session_store::Usage>,
+}
+
+/// Whether a turn gave its session a pending handoff.
+fn delivers_handoff<I>(running: &crate::phase::Running<I>) -> bool {
+    #[cfg(feature = "continuity")]
+    {
+        matches!(running.plan.context, crate::reach::FirstContext::Handoff(_))
+    }
+    #[cfg(not(feature = "continuity"))]
+    {
+        let _ = running;
+        false
+    }
 }
 
 impl<K: Scope, I: Input> Lifecycle<K, I> {
@@ -115,7 +134,13 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                     method,
                 });
                 if !abandoned {
-                    self.know(scope, &session_id, fingerprint);
+                    let turns = self
+                        .scopes
+                        .get(scope)
+                        .and_then(|s| s.receipt.belief.record())
+                        .filter(|r| r.session_id == session_id)
+                        .and_then(|r| r.turns);
+                    self.know(scope, &session_id, fingerprint, turns);
                 }
             }
             Opened::Lost {
@@ -129,14 +154,22 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                     session_id,
                     method,
                 });
-                let text = crate::notice::restore_lost(&detail);
+                let gets = self.replacement_gets();
+                let text = crate::notice::restore_lost(&detail, &gets);
                 self.notice(scope, NoticeCause::SessionLost, text);
+                #[cfg(feature = "continuity")]
+                self.lost_replan(scope);
             }
             Opened::Created {
                 session_id,
                 model,
                 permission_mode,
             } => {
+                #[cfg(feature = "continuity")]
+                let handoff = match &running.plan.context {
+                    crate::reach::FirstContext::Handoff(handoff) => Some(handoff.clone()),
+                    _ => None,
+                };
                 running.session_id = Some(session_id.clone());
                 running.retry = None;
                 if running.abandoned {
@@ -147,13 +180,18 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 let requested = running.config.clone();
                 let state = self.state(scope);
                 state.next = NextSession::Continue;
-                self.know(scope, &session_id, requested.fingerprint);
+                self.know(scope, &session_id, requested.fingerprint, Some(0));
                 if self.config.resume {
                     let mut record = buzz_session_store::SessionRecord::new(session_id);
                     record.model = model;
                     record.permission_mode = permission_mode;
                     record.requested_model = requested.requested_model;
                     record.requested_permission_mode = requested.requested_permission_mode;
+                    #[cfg(feature = "continuity")]
+                    {
+                        record.turns = Some(0);
+                        record.handoff = handoff;
+                    }
                     self.put(scope, record, now);
                 }
             }
@@ -240,7 +278,22 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 }
             }
             (TurnOutcome::Requeued { .. }, None) => {}
-            (TurnOutcome::Failed, None) => {
+            (TurnOutcome::Failed { failure }, None) => {
+                #[cfg(feature = "continuity")]
+                if let Some((failure, agent)) = &failure
+                    && crate::exhaustion::is_exhausted(failure, agent)
+                {
+                    after.requeue_without_attempt = true;
+                    let whole = matches!(
+                        running.plan.context,
+                        crate::reach::FirstContext::WholeThread { .. }
+                    );
+                    let session_id = running.session_id.as_deref();
+                    self.exhausted(scope, slot, session_id, whole, &failure.message, now);
+                    self.forget_if_bare(scope);
+                    return after;
+                }
+                let _ = failure;
                 #[cfg(feature = "residency")]
                 if let Some(session_id) = &running.session_id {
                     let reason = crate::residency::DisposeReason::TurnFailed;
@@ -270,6 +323,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 window: running.window.clone(),
                 triggers: running.inputs.iter().map(|i| i.id().to_string()).collect(),
                 reply: None,
+                handoff_delivered: delivers_handoff(running),
             });
         }
         if running.abandoned {
@@ -277,6 +331,8 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         } else if rotated {
             self.abandon(scope, vec![(slot, session_id.to_string())], now);
         } else {
+            #[cfg(feature = "continuity")]
+            self.count_turn(scope, session_id, now);
             #[cfg(feature = "residency")]
             self.after_success(scope, running, session_id);
         }
@@ -322,7 +378,8 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                     waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
                 });
                 if let Some(trigger) = trigger {
-                    let text = crate::notice::restore_abandoned(detail);
+                    let gets = self.replacement_gets();
+                    let text = crate::notice::restore_abandoned(detail, &gets);
                     self.notice_about(scope, trigger, NoticeCause::RestoreAbandoned, text);
                 }
             }

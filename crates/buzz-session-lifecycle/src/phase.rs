@@ -86,6 +86,9 @@ pub(crate) enum TaskSaid {
 pub(crate) struct KnownSession {
     pub(crate) session_id: String,
     pub(crate) fingerprint: u64,
+    /// Completed turns of the session (`None`: unknown, e.g. reopened from a receipt that
+    /// predates the count; counted from the reopening).
+    pub(crate) turns: Option<u32>,
 }
 
 /// Everything the lifecycle keeps for one scope.

@@ -86,6 +86,13 @@ pub enum ColdReason {
     RestoreAbandoned,
     /// The receipt could not be read in time and this harness knew nothing of it.
     StoreUnavailable,
+    /// The harness retired the session (a turn limit, a full context, a configuration the
+    /// agent cannot change in place); the new session starts from its handoff.
+    Rotated,
+    /// The session refused the prompt as too long; the new session gets the whole thread.
+    Exhausted,
+    /// The agent no longer had the stored session; the new session gets the whole thread.
+    SessionLost,
 }
 
 /// What a scope's next session must be, apart from what the receipt says.
@@ -100,6 +107,50 @@ pub enum NextSession {
     Fresh,
     /// The harness gave up reopening the stored session: the next one is new.
     GaveUp,
+    /// The harness retires the session: at the next turn it asks it for a handoff, then opens a
+    /// new session that starts from it.
+    #[cfg(feature = "continuity")]
+    Retire {
+        /// Why.
+        reason: crate::rotation::RetireReason,
+    },
+    /// The next session is new and starts from `context`, because of `reason`.
+    #[cfg(feature = "continuity")]
+    Replace {
+        /// Why the old session cannot go on.
+        reason: ColdReason,
+        /// What the new session gets first.
+        context: FirstContext,
+    },
+}
+
+/// What a new (or not yet informed) session is given before the turn's own prompt.
+#[cfg(feature = "continuity")]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum FirstContext {
+    /// Nothing beyond upstream's context window.
+    #[default]
+    Window,
+    /// The whole thread (the whole conversation for a conversation scope), newest first within
+    /// `budget_bytes`, instead of upstream's message-count window.
+    WholeThread {
+        /// The byte budget.
+        budget_bytes: usize,
+    },
+    /// A handoff from the retired session, labelled as such, then upstream's window.
+    Handoff(buzz_session_store::Handoff),
+}
+
+/// The old session a turn must ask for a handoff before it opens the new one.
+#[cfg(feature = "continuity")]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetireStep {
+    /// How the old session is reached: hot (live on the worker) or warm (reopened first).
+    pub from: Reach,
+    /// Why it is retired (for the receipt and the thread).
+    pub reason: crate::rotation::RetireReason,
+    /// What the old session is asked.
+    pub instruction: String,
 }
 
 /// What the turn task needs to know about its session, carried to it with the turn's input,
@@ -116,6 +167,12 @@ pub struct Plan {
     pub fresh: bool,
     /// Where the turn task reports (the driver attaches its scope's mailbox).
     pub report: crate::mailbox::Reporter,
+    /// What the session gets before the turn's own prompt.
+    #[cfg(feature = "continuity")]
+    pub context: FirstContext,
+    /// The session to retire first, with a handoff.
+    #[cfg(feature = "continuity")]
+    pub retire: Option<RetireStep>,
 }
 
 impl Default for Plan {
@@ -128,6 +185,10 @@ impl Default for Plan {
             discard: None,
             fresh: false,
             report: crate::mailbox::Reporter::default(),
+            #[cfg(feature = "continuity")]
+            context: FirstContext::Window,
+            #[cfg(feature = "continuity")]
+            retire: None,
         }
     }
 }
@@ -139,6 +200,13 @@ impl Plan {
             Reach::Hot { session_id } => Some(session_id),
             _ => None,
         }
+    }
+
+    /// Whether a turn whose stored session turned out to be gone goes on in a new session at
+    /// once (with upstream's window), or stops so the lifecycle can plan the new session with the
+    /// whole thread (with continuity).
+    pub fn continues_after_loss(&self) -> bool {
+        !cfg!(feature = "continuity")
     }
 
     /// Extends the `_meta` of a `session/new` with the scope (so a gateway that keys state by
@@ -200,6 +268,12 @@ pub fn decide(s: Situation<'_>) -> (Reach, Option<String>) {
     let reason = match s.next {
         NextSession::Fresh => ColdReason::Abandoned,
         NextSession::GaveUp => ColdReason::RestoreAbandoned,
+        // The lifecycle reaches a retiring session as if it continued (to ask it for its
+        // handoff); asked here, it is simply not continued.
+        #[cfg(feature = "continuity")]
+        NextSession::Retire { .. } => ColdReason::Rotated,
+        #[cfg(feature = "continuity")]
+        NextSession::Replace { reason, .. } => *reason,
         NextSession::Continue if !s.resume => ColdReason::ResumeOff,
         NextSession::Continue => match stored(s) {
             Ok(reach) => return (reach, discard),

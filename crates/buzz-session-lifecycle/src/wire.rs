@@ -18,7 +18,10 @@
 //!   the raw result and reads it with [`AgentCaps::from_initialize`], which looks at the
 //!   answer's `protocolVersion` first ([`crate::gate`]).
 
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use buzz_session_store::Usage;
 
 use serde_json::Value;
 
@@ -39,6 +42,8 @@ struct Watch {
     identity: AgentIdentity,
     /// Restores in flight (`session/load`, `session/resume`): (request id, session id).
     restoring: Vec<(Value, String)>,
+    /// The last usage each session reported (`usage_update`: `used`, `size`).
+    usage: HashMap<String, Usage>,
 }
 
 /// Watches one agent connection's lines. Cheap for ordinary traffic: a line is parsed only when
@@ -61,6 +66,9 @@ impl WireWatch {
                 self.outgoing(line);
             }
             return false;
+        }
+        if line.contains("\"usage_update\"") {
+            self.usage_update(line);
         }
         let mut watch = self.lock();
         if watch.initialize.is_none() && watch.restoring.is_empty() {
@@ -111,6 +119,31 @@ impl WireWatch {
     /// negotiated, once it arrived.
     pub fn caps(&self) -> Option<AgentCaps> {
         self.lock().caps
+    }
+
+    /// The last usage session `session_id` reported (`usage_update`), if any.
+    pub fn usage(&self, session_id: &str) -> Option<Usage> {
+        self.lock().usage.get(session_id).cloned()
+    }
+
+    fn usage_update(&self, line: &str) {
+        let Ok(frame) = serde_json::from_str::<Value>(line) else {
+            return;
+        };
+        let params = &frame["params"];
+        let update = &params["update"];
+        if update["sessionUpdate"] != "usage_update" {
+            return;
+        }
+        let (Some(session_id), Some(used)) = (params["sessionId"].as_str(), update["used"].as_u64())
+        else {
+            return;
+        };
+        let usage = Usage {
+            used_tokens: used,
+            context_tokens: update["size"].as_u64(),
+        };
+        self.lock().usage.insert(session_id.to_string(), usage);
     }
 
     /// Who the agent said it is at `initialize`.
