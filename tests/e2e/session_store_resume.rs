@@ -170,36 +170,6 @@ fn rotate_forgets_the_receipt_and_requests_a_fresh_session_once() {
     );
 }
 
-/// Proactive rotation (`--max-turns-per-session`) abandons the session: the
-/// receipt written at `session/new` goes when the session is rotated, so a
-/// restart does not bring the maxed-out session back.
-#[test]
-fn max_turn_rotation_forgets_the_receipt() {
-    let (_dir, mut s) = scenario();
-    let running = start(&s, &[], &["--max-turns-per-session", "2"]);
-    let root = s.post_top("one").unwrap();
-    let r1 = s.wait_for_reply(&root.id, WAIT).unwrap();
-    assert_eq!(
-        stored_sessions(&s).len(),
-        1,
-        "receipt written at session/new"
-    );
-    let q2 = s.post_reply(&root, &r1, "two").unwrap();
-    let r2 = s.wait_for_reply(&q2.id, WAIT).unwrap();
-    running.stop().unwrap();
-    assert!(
-        stored_sessions(&s).is_empty(),
-        "rotation removed the receipt"
-    );
-
-    let q3 = s.post_reply(&root, &r2, "three").unwrap();
-    run_once(&s, &[], &["--max-turns-per-session", "2"]);
-    let frames = wire(&s);
-    assert_eq!(count_method(&frames, "session/load"), 0);
-    assert_eq!(count_method(&frames, "session/new"), 2);
-    assert_eq!(turns(&s.reply_to(&q3.id).unwrap()), 1);
-}
-
 /// Agent death is not a decision to start over: the receipt stays, and the
 /// respawned worker loads the session again.
 #[test]

@@ -84,6 +84,22 @@ pub fn turns(reply: &Event) -> u32 {
     reply_turns(reply).unwrap_or_else(|| panic!("no turns= in {:?}", reply.content))
 }
 
+/// The nonces the test agent's session had seen when it wrote `reply` (`nonces=a-1234,b-5678`):
+/// what the model knew.
+pub fn reply_nonces(reply: &Event) -> Vec<String> {
+    reply
+        .content
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("nonces="))
+        .map(|list| {
+            list.split(',')
+                .filter(|n| *n != "-")
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The texts of every `session/prompt`, in order.
 pub fn prompts(frames: &[WireFrame]) -> Vec<String> {
     prompt_texts(frames).into_iter().map(|(_, t)| t).collect()
@@ -203,13 +219,23 @@ pub fn stored_sessions(s: &Scenario) -> HashMap<String, String> {
         .collect()
 }
 
+/// Receipt fields that patch `continuity-handoff` fills (turn count, usage, retirement, the
+/// handoff): left out of the views other patches' snapshots pin, so those snapshots read the
+/// same with or without it (its own guards read them from [`receipts`]).
+pub const CONTINUITY_FIELDS: [&str; 4] = ["turns", "usage", "retired", "handoff"];
+
 /// The snapshot view of the store: every receipt of the scenario's relay and agent key, by
-/// storage key, session ids numbered like the wire view, no timestamps.
+/// storage key, session ids numbered like the wire view, no timestamps, no continuity fields.
 pub fn store_view(s: &Scenario) -> Value {
     let order = session_order(&wire(s));
     let mut sessions = serde_json::Map::new();
     for r in receipts(s) {
-        let record = serde_json::to_value(&r.record).expect("record is JSON");
+        let mut record = serde_json::to_value(&r.record).expect("record is JSON");
+        if let Some(fields) = record.as_object_mut() {
+            for field in CONTINUITY_FIELDS {
+                fields.remove(field);
+            }
+        }
         sessions.insert(r.key.to_storage_key(), record);
     }
     let mut text = Value::Object(sessions).to_string();

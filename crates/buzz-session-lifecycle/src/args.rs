@@ -6,9 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use buzz_session_store::{
-    KeyScheme, ReceiptStore, StoreArgs, StoreConfig, StoreError, StoreScope,
-};
+use buzz_session_store::{KeyScheme, ReceiptStore, StoreArgs, StoreConfig, StoreError, StoreScope};
 use clap::builder::BoolishValueParser;
 
 use crate::lifecycle::LifecycleConfig;
@@ -164,7 +162,9 @@ impl SessionArgs {
         if self.resume.no_resume_sessions {
             let disabled: Arc<dyn ReceiptStore> =
                 Arc::new(buzz_session_store::DisabledStore::new(scope, KEY_SCHEME));
-            return Ok(Arc::new(move || Ok(Arc::new(Arc::clone(&disabled)) as Arc<dyn Receipts>)));
+            return Ok(Arc::new(move || {
+                Ok(Arc::new(Arc::clone(&disabled)) as Arc<dyn Receipts>)
+            }));
         }
         let config = StoreConfig::from_args(&self.resume.store, scope, KEY_SCHEME, state_dir)?;
         Ok(Arc::new(move || {

@@ -77,7 +77,11 @@ pub enum Step<W, B> {
 impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     /// Decides which waiting scopes run now and where, claims their workers, takes their
     /// batches and plans how each reaches its session. Returns what the harness must start.
-    pub fn dispatch<P, Q>(&mut self, workers: &mut P, inbox: &mut Q) -> Vec<Step<P::Worker, Q::Batch>>
+    pub fn dispatch<P, Q>(
+        &mut self,
+        workers: &mut P,
+        inbox: &mut Q,
+    ) -> Vec<Step<P::Worker, Q::Batch>>
     where
         P: Workers<K>,
         Q: Inbox<K, I>,

@@ -100,7 +100,11 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     /// under the old model are not continued.
     pub fn set_model(&mut self, model: &str) {
         let fixed: Vec<&str> = self.fixed.iter().map(String::as_str).collect();
-        let mode = self.lifecycle.session_config().requested_permission_mode.clone();
+        let mode = self
+            .lifecycle
+            .session_config()
+            .requested_permission_mode
+            .clone();
         let session = SessionConfig::new(&fixed, Some(model), mode.as_deref());
         self.lifecycle.configure_sessions(session);
     }

@@ -61,7 +61,11 @@ pub fn is_exhausted(failure: &AgentFailure, _agent: &AgentIdentity) -> bool {
         let lower = text.to_lowercase();
         OVERFLOW_TEXT.iter().any(|t| lower.contains(t))
     };
-    mentions(&failure.message) || failure.data.as_ref().is_some_and(|d| strings(d).any(mentions))
+    mentions(&failure.message)
+        || failure
+            .data
+            .as_ref()
+            .is_some_and(|d| strings(d).any(mentions))
 }
 
 /// Every string inside a JSON value.
@@ -88,14 +92,47 @@ mod tests {
     fn the_exhaustion_table() {
         let anyone = AgentIdentity::default();
         let rows = [
-            (failure(-32603, "Internal error", Some(json!({
+            (
+                failure(
+                    -32603,
+                    "Internal error",
+                    Some(json!({
                 "message": "Codex ran out of room in the model's context window. Start a new thread or clear earlier history before retrying.",
-                "codex_error_info": "context_window_exceeded"}))), true),
-            (failure(-32603, "Internal error: Prompt is too long", None), true),
-            (failure(-32603, "Internal error", Some(json!({"details": "400 {\"error\":{\"code\":\"context_length_exceeded\"}}"}))), true),
-            (failure(-32602, "This model's maximum context length is 8192 tokens", None), true),
+                "codex_error_info": "context_window_exceeded"})),
+                ),
+                true,
+            ),
+            (
+                failure(-32603, "Internal error: Prompt is too long", None),
+                true,
+            ),
+            (
+                failure(
+                    -32603,
+                    "Internal error",
+                    Some(
+                        json!({"details": "400 {\"error\":{\"code\":\"context_length_exceeded\"}}"}),
+                    ),
+                ),
+                true,
+            ),
+            (
+                failure(
+                    -32602,
+                    "This model's maximum context length is 8192 tokens",
+                    None,
+                ),
+                true,
+            ),
             // Not exhaustion: other internal errors, other codes, the same words elsewhere.
-            (failure(-32603, "Internal error: OpenCode service failure", Some(json!({"service": "session"}))), false),
+            (
+                failure(
+                    -32603,
+                    "Internal error: OpenCode service failure",
+                    Some(json!({"service": "session"})),
+                ),
+                false,
+            ),
             (failure(-32002, "prompt is too long", None), false),
             (failure(-32000, "Authentication required", None), false),
         ];

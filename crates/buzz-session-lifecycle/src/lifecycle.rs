@@ -257,7 +257,8 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             self.release(scope, slot, &session_id);
         }
         if told {
-            let text = crate::notice::store_unavailable();
+            let gets = self.replacement_gets();
+            let text = crate::notice::store_unavailable(&gets);
             self.notice(scope, NoticeCause::StoreUnavailable, text);
         }
         self.next_start += 1;
@@ -354,7 +355,13 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
 
     /// A session of `scope` was opened or reopened under `fingerprint`, with `turns` completed
     /// turns so far.
-    pub(crate) fn know(&mut self, scope: &K, session_id: &str, fingerprint: u64, turns: Option<u32>) {
+    pub(crate) fn know(
+        &mut self,
+        scope: &K,
+        session_id: &str,
+        fingerprint: u64,
+        turns: Option<u32>,
+    ) {
         self.state(scope).known = Some(KnownSession {
             session_id: session_id.to_string(),
             fingerprint,

@@ -94,7 +94,11 @@ pub struct Reporter(Option<Arc<dyn Fn(Report) + Send + Sync>>);
 
 impl std::fmt::Debug for Reporter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "Reporter" } else { "Reporter(detached)" })
+        f.write_str(if self.0.is_some() {
+            "Reporter"
+        } else {
+            "Reporter(detached)"
+        })
     }
 }
 
@@ -108,7 +112,12 @@ impl Reporter {
 
     /// `session/new` created `session_id`, with the model and permission mode actually applied
     /// (`None`: the agent's default).
-    pub fn created(&self, session_id: &str, model: &Option<String>, permission_mode: &Option<String>) {
+    pub fn created(
+        &self,
+        session_id: &str,
+        model: &Option<String>,
+        permission_mode: &Option<String>,
+    ) {
         self.post(Report::Opened(Opened::Created {
             session_id: session_id.to_string(),
             model: model.clone(),

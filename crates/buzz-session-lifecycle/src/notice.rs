@@ -60,7 +60,10 @@ pub fn restore_abandoned(detail: &str, gets: &str) -> String {
 /// "the whole thread (up to N KB)".
 #[cfg(feature = "continuity")]
 pub fn whole_thread(budget_bytes: usize) -> String {
-    format!("the whole thread (up to {} KB)", budget_bytes.div_ceil(1024))
+    format!(
+        "the whole thread (up to {} KB)",
+        budget_bytes.div_ceil(1024)
+    )
 }
 
 /// A retired session handed off: the new session starts from its handoff.
@@ -113,10 +116,11 @@ pub fn exhausted(detail: &str, budget_bytes: usize, was_whole_thread: bool) -> S
 
 /// The receipt store did not answer in time and this harness knew nothing of the thread's
 /// session: the answer comes from a new session, which becomes the thread's session.
-pub fn store_unavailable() -> String {
-    "I could not reach the record of this thread's earlier session in time (the session store is \
-     unavailable), so I am continuing in a new session that has only the recent messages."
-        .to_string()
+pub fn store_unavailable(gets: &str) -> String {
+    format!(
+        "I could not reach the record of this thread's earlier session in time (the session store \
+         is unavailable), so I am continuing in a new session that has {gets}."
+    )
 }
 
 #[cfg(test)]

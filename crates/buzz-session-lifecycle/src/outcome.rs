@@ -71,7 +71,10 @@ pub enum TurnOutcome {
     Failed {
         /// What the agent said (`None`: not an agent error, e.g. a protocol error), and who it
         /// is.
-        failure: Option<(crate::classify::AgentFailure, crate::classify::AgentIdentity)>,
+        failure: Option<(
+            crate::classify::AgentFailure,
+            crate::classify::AgentIdentity,
+        )>,
     },
     /// The worker process died or the turn task crashed; the input comes back.
     WorkerLost,
@@ -220,7 +223,11 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             requeue_without_attempt: false,
             requeue_front: Vec::new(),
         };
-        let running = match self.scopes.get_mut(scope).map(|s| std::mem::take(&mut s.phase)) {
+        let running = match self
+            .scopes
+            .get_mut(scope)
+            .map(|s| std::mem::take(&mut s.phase))
+        {
             Some(Phase::Running(running)) => *running,
             Some(other) => {
                 self.state(scope).phase = other;
@@ -247,7 +254,12 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 after.requeue_without_attempt = true;
                 let stale = running.plan.hot_session().unwrap_or_default().to_string();
                 #[cfg(feature = "residency")]
-                self.drop_live(scope, slot, &stale, crate::residency::DisposeReason::AgentExit);
+                self.drop_live(
+                    scope,
+                    slot,
+                    &stale,
+                    crate::residency::DisposeReason::AgentExit,
+                );
                 self.record(Record::PlanStale {
                     scope: scope.label(),
                     session_id: stale,
@@ -257,13 +269,17 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 after.requeue_without_attempt = true;
                 self.restore_failed(scope, running.retry, method, &detail, &running.inputs, now);
             }
-            (TurnOutcome::Replied {
-                session_id,
-                rotated,
-            }, None) => {
+            (
+                TurnOutcome::Replied {
+                    session_id,
+                    rotated,
+                },
+                None,
+            ) => {
                 self.replied_turn(scope, &running, &session_id, rotated, now);
             }
-            (TurnOutcome::Cancelled, None) => {
+            (TurnOutcome::Cancelled, None) =>
+            {
                 #[cfg(feature = "residency")]
                 if let Some(session_id) = &running.session_id {
                     let reason = crate::residency::DisposeReason::Cancelled;
@@ -289,7 +305,9 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                         crate::reach::FirstContext::WholeThread { .. }
                     );
                     let session_id = running.session_id.as_deref();
-                    self.exhausted(scope, slot, session_id, whole, &failure.message, now);
+                    let trigger = running.inputs.last().cloned();
+                    let detail = &failure.message;
+                    self.exhausted(scope, trigger, slot, session_id, whole, detail, now);
                     self.forget_if_bare(scope);
                     return after;
                 }
@@ -388,7 +406,12 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
 
     /// Writes `record` as `scope`'s receipt, conditionally on what the lifecycle believes the
     /// store holds now; from then on it believes `record`.
-    pub(crate) fn put(&mut self, scope: &K, record: buzz_session_store::SessionRecord, now: Moment) {
+    pub(crate) fn put(
+        &mut self,
+        scope: &K,
+        record: buzz_session_store::SessionRecord,
+        now: Moment,
+    ) {
         let state = self.state(scope);
         let expect = state.receipt.belief.expectation(now);
         state.receipt.belief = Belief::Present(record.clone());

@@ -202,6 +202,30 @@ impl Plan {
         }
     }
 
+    /// The turn's prompt with what the session gets first: a pending handoff, labelled as such
+    /// (the whole thread is already in upstream's window, widened by the harness).
+    #[cfg(feature = "continuity")]
+    pub fn first_context(&self, prompt: String) -> String {
+        let FirstContext::Handoff(handoff) = &self.context else {
+            return prompt;
+        };
+        format!(
+            "<handoff from-session=\"{}\" reason=\"{}\">\nThis is the handoff your previous \
+             session in this thread wrote for you before it was retired. Continue from it.\n\n{}\n\
+             </handoff>\n\n{prompt}",
+            handoff.from_session_id, handoff.reason, handoff.text
+        )
+    }
+
+    /// The byte budget of the whole thread, when the turn is given the whole thread.
+    #[cfg(feature = "continuity")]
+    pub fn whole_thread_budget(&self) -> Option<usize> {
+        match self.context {
+            FirstContext::WholeThread { budget_bytes } => Some(budget_bytes),
+            _ => None,
+        }
+    }
+
     /// Whether a turn whose stored session turned out to be gone goes on in a new session at
     /// once (with upstream's window), or stops so the lifecycle can plan the new session with the
     /// whole thread (with continuity).
@@ -396,20 +420,97 @@ mod tests {
         };
         let cases = [
             // A current live session is continued, whatever the receipt says.
-            (live(true), NextSession::Continue, fresh(present.clone()), load, hot, None),
+            (
+                live(true),
+                NextSession::Continue,
+                fresh(present.clone()),
+                load,
+                hot,
+                None,
+            ),
             // A live session under another configuration is dropped; the receipt decides.
-            (live(false), NextSession::Continue, fresh(present.clone()), load, warm.clone(), Some("live")),
-            (None, NextSession::Continue, fresh(present.clone()), load, warm.clone(), None),
-            (None, NextSession::Continue, fresh(present.clone()), None, cold(ColdReason::CannotRestore), None),
-            (None, NextSession::Continue, fresh(Belief::Present(receipt("s1", "other"))), load, cold(ColdReason::ModelChanged), None),
-            (None, NextSession::Continue, fresh(Belief::Absent), load, cold(ColdReason::NoReceipt), None),
+            (
+                live(false),
+                NextSession::Continue,
+                fresh(present.clone()),
+                load,
+                warm.clone(),
+                Some("live"),
+            ),
+            (
+                None,
+                NextSession::Continue,
+                fresh(present.clone()),
+                load,
+                warm.clone(),
+                None,
+            ),
+            (
+                None,
+                NextSession::Continue,
+                fresh(present.clone()),
+                None,
+                cold(ColdReason::CannotRestore),
+                None,
+            ),
+            (
+                None,
+                NextSession::Continue,
+                fresh(Belief::Present(receipt("s1", "other"))),
+                load,
+                cold(ColdReason::ModelChanged),
+                None,
+            ),
+            (
+                None,
+                NextSession::Continue,
+                fresh(Belief::Absent),
+                load,
+                cold(ColdReason::NoReceipt),
+                None,
+            ),
             // An unreadable store: what this harness knew decides.
-            (None, NextSession::Continue, view(present.clone(), Freshness::Unreadable), load, warm, None),
-            (None, NextSession::Continue, view(Belief::Absent, Freshness::Unreadable), load, cold(ColdReason::NoReceipt), None),
-            (None, NextSession::Continue, view(Belief::Unknown, Freshness::Unreadable), load, cold(ColdReason::StoreUnavailable), None),
+            (
+                None,
+                NextSession::Continue,
+                view(present.clone(), Freshness::Unreadable),
+                load,
+                warm,
+                None,
+            ),
+            (
+                None,
+                NextSession::Continue,
+                view(Belief::Absent, Freshness::Unreadable),
+                load,
+                cold(ColdReason::NoReceipt),
+                None,
+            ),
+            (
+                None,
+                NextSession::Continue,
+                view(Belief::Unknown, Freshness::Unreadable),
+                load,
+                cold(ColdReason::StoreUnavailable),
+                None,
+            ),
             // Abandoned or given up: always new, a live copy is dropped.
-            (live(true), NextSession::Fresh, fresh(present.clone()), load, cold(ColdReason::Abandoned), Some("live")),
-            (None, NextSession::GaveUp, fresh(present), load, cold(ColdReason::RestoreAbandoned), None),
+            (
+                live(true),
+                NextSession::Fresh,
+                fresh(present.clone()),
+                load,
+                cold(ColdReason::Abandoned),
+                Some("live"),
+            ),
+            (
+                None,
+                NextSession::GaveUp,
+                fresh(present),
+                load,
+                cold(ColdReason::RestoreAbandoned),
+                None,
+            ),
         ];
         for (i, (live, next, receipt, restore, want, discard)) in cases.into_iter().enumerate() {
             let (reach, dropped) = run(live, next, receipt, restore);

@@ -212,9 +212,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 taken[slot] = true;
                 Placed::Run(scope.clone(), Target::Slot(slot))
             }
-            Some(SlotView::Idle | SlotView::Busy) => {
-                Placed::WaitForResident(scope.clone(), slot)
-            }
+            Some(SlotView::Idle | SlotView::Busy) => Placed::WaitForResident(scope.clone(), slot),
             // The worker is gone: so is the session.
             _ => Placed::Dispose(scope.clone(), DisposeReason::AgentExit),
         };

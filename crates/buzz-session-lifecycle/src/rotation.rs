@@ -129,14 +129,20 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     /// Shapes a plan decided by [`crate::reach::decide`] for continuity: a retiring session is
     /// asked for its handoff first, a replacement gets its first context, and what a receipt says
     /// about retirement and pending handoffs is honoured after a restart.
-    pub(crate) fn shape_continuity(&mut self, scope: &K, plan: &mut Plan, retiring: Option<RetireReason>) {
+    pub(crate) fn shape_continuity(
+        &mut self,
+        scope: &K,
+        plan: &mut Plan,
+        retiring: Option<RetireReason>,
+    ) {
         let state = self.state(scope);
         let next = state.next.clone();
         let record = state.receipt.belief.record().cloned();
         let retire_from_receipt = match (&plan.reach, &record) {
-            (Reach::Warm { record, .. }, _) if record.handoff.is_none() => {
-                record.retired.as_ref().map(|r| RetireReason::from_code(&r.reason))
-            }
+            (Reach::Warm { record, .. }, _) if record.handoff.is_none() => record
+                .retired
+                .as_ref()
+                .map(|r| RetireReason::from_code(&r.reason)),
             _ => None,
         };
         if let Some(reason) = retiring.or(retire_from_receipt) {
@@ -170,8 +176,10 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             plan.context = context;
             return;
         }
+        // A new session the harness did not choose (a restore given up on, a store that did not
+        // answer in time) gets the whole thread rather than the last messages only.
         if let Reach::Cold {
-            reason: ColdReason::RestoreAbandoned,
+            reason: ColdReason::RestoreAbandoned | ColdReason::StoreUnavailable,
         } = plan.reach
         {
             plan.context = self.whole_thread();
@@ -219,7 +227,13 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
 
     /// `session_id` reported `usage` after a successful turn: retire it when it reached the
     /// configured share of its context.
-    pub(crate) fn usage_settled(&mut self, scope: &K, session_id: &str, usage: &Usage, now: Moment) {
+    pub(crate) fn usage_settled(
+        &mut self,
+        scope: &K,
+        session_id: &str,
+        usage: &Usage,
+        now: Moment,
+    ) {
         let Some(threshold) = self.config.continuity.rotate_at_context_percent else {
             return;
         };
@@ -231,7 +245,13 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
 
     /// Retires `session_id`: its next turn asks it for a handoff first. The receipt says so at
     /// once, so a restart in between still retires it.
-    pub(crate) fn retire(&mut self, scope: &K, session_id: &str, reason: RetireReason, now: Moment) {
+    pub(crate) fn retire(
+        &mut self,
+        scope: &K,
+        session_id: &str,
+        reason: RetireReason,
+        now: Moment,
+    ) {
         let state = self.state(scope);
         state.next = NextSession::Retire { reason };
         let record = state
@@ -264,11 +284,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             return;
         };
         let slot = running.slot;
-        let handoff = Handoff {
-            text: bounded(text),
-            reason: step.reason.code().to_string(),
-            from_session_id: from_session_id.to_string(),
-        };
+        let handoff = handoff_of(&step, from_session_id, text);
         running.plan.context = FirstContext::Handoff(handoff.clone());
         self.record(Record::HandoffTaken {
             scope: scope.label(),
@@ -323,9 +339,11 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     /// The running turn's session refused its prompt as too long (`detail`): the session ends,
     /// the input goes back (not a failed attempt), and the next session gets the whole thread —
     /// or, if that is what just overflowed, only upstream's window.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn exhausted(
         &mut self,
         scope: &K,
+        trigger: Option<I>,
         slot: usize,
         session_id: Option<&str>,
         was_whole_thread: bool,
@@ -361,8 +379,10 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             }
             self.drop_retired(scope, slot, session_id);
         }
-        let text = crate::notice::exhausted(detail, self.budget(), was_whole_thread);
-        self.notice(scope, NoticeCause::Exhausted, text);
+        if let Some(trigger) = trigger {
+            let text = crate::notice::exhausted(detail, self.budget(), was_whole_thread);
+            self.notice_about(scope, trigger, NoticeCause::Exhausted, text);
+        }
     }
 
     /// The agent no longer has the stored session (the turn stopped to be planned again): the
@@ -390,10 +410,22 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         #[cfg(not(feature = "residency"))]
         self.release(scope, slot, session_id);
         if let Some(state) = self.scopes.get_mut(scope)
-            && state.known.as_ref().is_some_and(|k| k.session_id == session_id)
+            && state
+                .known
+                .as_ref()
+                .is_some_and(|k| k.session_id == session_id)
         {
             state.known = None;
         }
+    }
+}
+
+/// The handoff `from_session_id` gave for `step`, as its successor receives it.
+pub fn handoff_of(step: &RetireStep, from_session_id: &str, text: &str) -> Handoff {
+    Handoff {
+        text: bounded(text),
+        reason: step.reason.code().to_string(),
+        from_session_id: from_session_id.to_string(),
     }
 }
 

@@ -38,9 +38,7 @@ pub fn bound_ledger(
 ) -> Vec<String> {
     let mut kept: Vec<String> = shown
         .iter()
-        .filter(|id| {
-            window.contains(id) || triggers.contains(id) || reply == Some(id.as_str())
-        })
+        .filter(|id| window.contains(id) || triggers.contains(id) || reply == Some(id.as_str()))
         .cloned()
         .collect();
     kept.sort_unstable();

@@ -37,7 +37,9 @@ fn condition(expect: Option<&Expect>, to_store_time: impl Fn(Moment) -> UnixMill
     expect.map(|expect| match expect {
         Expect::Absent => buzz_session_store::Expect::Absent,
         Expect::Session(id) => buzz_session_store::Expect::Session(id.clone()),
-        Expect::UnchangedSince(at) => buzz_session_store::Expect::NotWrittenSince(to_store_time(*at)),
+        Expect::UnchangedSince(at) => {
+            buzz_session_store::Expect::NotWrittenSince(to_store_time(*at))
+        }
     })
 }
 
@@ -83,7 +85,11 @@ enum Done<K> {
 
 enum Backend {
     /// Not open yet; the next attempt is due at `at` (or runs now, `opening`).
-    Closed { at: Instant, pause: Duration, opening: bool },
+    Closed {
+        at: Instant,
+        pause: Duration,
+        opening: bool,
+    },
     Open(Arc<dyn Receipts>),
 }
 
@@ -264,8 +270,7 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
     }
 
     fn has_write(&self, scope: &K) -> bool {
-        self.queue.has(scope)
-            || matches!(&self.writing, Some(Entry::Scope(s, _)) if s == scope)
+        self.queue.has(scope) || matches!(&self.writing, Some(Entry::Scope(s, _)) if s == scope)
     }
 
     /// Converts a lifecycle moment to the store's wall clock (now, minus how long ago it was).

@@ -44,6 +44,10 @@ struct Watch {
     restoring: Vec<(Value, String)>,
     /// The last usage each session reported (`usage_update`: `used`, `size`).
     usage: HashMap<String, Usage>,
+    /// Sessions whose permission requests are refused (while the harness prompts them on its
+    /// own, e.g. for a handoff).
+    #[cfg(feature = "continuity")]
+    refusing: Vec<String>,
 }
 
 /// Watches one agent connection's lines. Cheap for ordinary traffic: a line is parsed only when
@@ -121,6 +125,22 @@ impl WireWatch {
         self.lock().caps
     }
 
+    /// Refuses (or stops refusing) the permission requests of `session_id`.
+    #[cfg(feature = "continuity")]
+    pub fn refuse_permissions(&self, session_id: &str, refuse: bool) {
+        let mut watch = self.lock();
+        watch.refusing.retain(|s| s != session_id);
+        if refuse {
+            watch.refusing.push(session_id.to_string());
+        }
+    }
+
+    /// Whether the permission requests of `session_id` are refused.
+    #[cfg(feature = "continuity")]
+    pub fn refuses_permissions(&self, session_id: &str) -> bool {
+        self.lock().refusing.iter().any(|s| s == session_id)
+    }
+
     /// The last usage session `session_id` reported (`usage_update`), if any.
     pub fn usage(&self, session_id: &str) -> Option<Usage> {
         self.lock().usage.get(session_id).cloned()
@@ -135,7 +155,8 @@ impl WireWatch {
         if update["sessionUpdate"] != "usage_update" {
             return;
         }
-        let (Some(session_id), Some(used)) = (params["sessionId"].as_str(), update["used"].as_u64())
+        let (Some(session_id), Some(used)) =
+            (params["sessionId"].as_str(), update["used"].as_u64())
         else {
             return;
         };

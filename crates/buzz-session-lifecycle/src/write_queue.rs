@@ -88,7 +88,9 @@ impl Write {
                 }
                 Target::Record(record)
             }
-            (Target::Turn(earlier), Target::Turn(later)) if earlier.session_id == later.session_id => {
+            (Target::Turn(earlier), Target::Turn(later))
+                if earlier.session_id == later.session_id =>
+            {
                 Target::Turn(fold_commits(earlier, later))
             }
             // A commit for a receipt that will be gone is moot.
@@ -326,7 +328,13 @@ mod tests {
         q.push(a(), put("sa2", Expect::Absent, 5));
         let order: Vec<String> = std::iter::from_fn(|| q.pop())
             .map(|e| match e {
-                Entry::Scope(k, Write { target: Target::Record(r), .. }) => {
+                Entry::Scope(
+                    k,
+                    Write {
+                        target: Target::Record(r),
+                        ..
+                    },
+                ) => {
                     format!("{}:{}", k.root.unwrap_or_default(), r.session_id)
                 }
                 Entry::Scope(k, _) => format!("{k:?}"),
