@@ -96,9 +96,22 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         self.lifecycle.configure_sessions(session);
     }
 
-    /// The owner switched the model (`!model`): new sessions get it, and live sessions created
-    /// under the old model are not continued.
-    pub fn set_model(&mut self, model: &str) {
+    /// The owner switched the model in `scope`'s thread (`!model`). New sessions get it. Without
+    /// in-place changes the thread's session is abandoned (`live` lists its copies on idle
+    /// workers) and other threads' sessions opened under the old model are not continued; with
+    /// them every session takes the model at its next turn, and none is abandoned.
+    pub fn model_switched(&mut self, scope: &K, model: &str, live: Vec<(usize, String)>) {
+        self.set_model(model);
+        #[cfg(feature = "config-in-place")]
+        {
+            let _ = live;
+            self.lifecycle.model_addressed(scope);
+        }
+        #[cfg(not(feature = "config-in-place"))]
+        self.abandon(scope, live);
+    }
+
+    fn set_model(&mut self, model: &str) {
         let fixed: Vec<&str> = self.fixed.iter().map(String::as_str).collect();
         let mode = self
             .lifecycle
@@ -225,6 +238,14 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                 Report::Stale => self.lifecycle.plan_stale(&scope),
                 Report::Undecided { method, detail } => {
                     self.lifecycle.restore_undecided(&scope, method, detail)
+                }
+                #[cfg(feature = "config-in-place")]
+                Report::ModelSwitched { model } => {
+                    self.lifecycle.model_switched(&scope, &model, now)
+                }
+                #[cfg(feature = "config-in-place")]
+                Report::ModelRefused { model, detail } => {
+                    self.lifecycle.model_refused(&scope, &model, &detail, now)
                 }
                 #[cfg(feature = "continuity")]
                 Report::HandoffTaken {

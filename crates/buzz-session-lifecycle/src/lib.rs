@@ -15,6 +15,7 @@
 //! | `delta-context` | `delta-context-delivery` | the delivery ledger persisted and re-seeded |
 //! | `residency` | `resident-background-controllers` | `residency`: hot follow-ups |
 //! | `continuity` | `continuity-handoff` | `rotation`, `exhaustion`: durable limits, handoffs, whole thread |
+//! | `config-in-place` | `model-switch-in-place` | `config_change`: `!model` applied in place per thread |
 //!
 //! The pure core, one concept per module:
 //!
@@ -42,6 +43,8 @@
 pub mod args;
 pub mod classify;
 pub mod clock;
+#[cfg(feature = "config-in-place")]
+pub mod config_change;
 pub mod decision;
 pub mod dispatch;
 pub mod driver;

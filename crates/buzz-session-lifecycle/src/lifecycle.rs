@@ -236,6 +236,8 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         };
         #[cfg(feature = "continuity")]
         self.shape_continuity(scope, &mut plan, retiring);
+        #[cfg(feature = "config-in-place")]
+        self.plan_model_switch(scope, &mut plan);
         let state = self.state(scope);
         state.receipt.consumed();
         state.phase = Phase::Running(Box::new(Running {
@@ -361,11 +363,13 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         session_id: &str,
         fingerprint: u64,
         turns: Option<u32>,
+        model: Option<String>,
     ) {
         self.state(scope).known = Some(KnownSession {
             session_id: session_id.to_string(),
             fingerprint,
             turns,
+            model,
         });
     }
 }

@@ -25,6 +25,20 @@ pub enum Report {
         /// What the agent said (or the timeout).
         detail: String,
     },
+    /// The session took the plan's model switch in place.
+    #[cfg(feature = "config-in-place")]
+    ModelSwitched {
+        /// The model.
+        model: String,
+    },
+    /// The session refused the plan's model switch in place.
+    #[cfg(feature = "config-in-place")]
+    ModelRefused {
+        /// The model.
+        model: String,
+        /// What the agent said.
+        detail: String,
+    },
     /// The retiring session answered the handoff instruction.
     #[cfg(feature = "continuity")]
     HandoffTaken {

@@ -137,13 +137,14 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                     method,
                 });
                 if !abandoned {
-                    let turns = self
+                    let record = self
                         .scopes
                         .get(scope)
                         .and_then(|s| s.receipt.belief.record())
-                        .filter(|r| r.session_id == session_id)
-                        .and_then(|r| r.turns);
-                    self.know(scope, &session_id, fingerprint, turns);
+                        .filter(|r| r.session_id == session_id);
+                    let turns = record.and_then(|r| r.turns);
+                    let model = record.and_then(|r| r.model.clone());
+                    self.know(scope, &session_id, fingerprint, turns, model);
                 }
             }
             Opened::Lost {
@@ -183,7 +184,13 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 let requested = running.config.clone();
                 let state = self.state(scope);
                 state.next = NextSession::Continue;
-                self.know(scope, &session_id, requested.fingerprint, Some(0));
+                self.know(
+                    scope,
+                    &session_id,
+                    requested.fingerprint,
+                    Some(0),
+                    model.clone(),
+                );
                 if self.config.resume {
                     let mut record = buzz_session_store::SessionRecord::new(session_id);
                     record.model = model;

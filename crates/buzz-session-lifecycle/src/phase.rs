@@ -89,6 +89,8 @@ pub(crate) struct KnownSession {
     /// Completed turns of the session (`None`: unknown, e.g. reopened from a receipt that
     /// predates the count; counted from the reopening).
     pub(crate) turns: Option<u32>,
+    /// The model applied to the session (`None`: the agent's default, or unknown).
+    pub(crate) model: Option<String>,
 }
 
 /// Everything the lifecycle keeps for one scope.
@@ -107,6 +109,9 @@ pub(crate) struct ScopeState<I> {
     /// When the receipt store was found unreadable for this scope and the thread was told
     /// (told once per outage).
     pub(crate) told_unreadable: Option<Moment>,
+    /// The owner switched this thread's model: its session must take it (in place, or by
+    /// retirement).
+    pub(crate) model_addressed: bool,
 }
 
 impl<I> Default for ScopeState<I> {
@@ -118,6 +123,7 @@ impl<I> Default for ScopeState<I> {
             known: None,
             releasing: Vec::new(),
             told_unreadable: None,
+            model_addressed: false,
         }
     }
 }
@@ -132,6 +138,7 @@ impl<I> ScopeState<I> {
             && self.next == NextSession::Continue
             && self.known.is_none()
             && self.releasing.is_empty()
+            && !self.model_addressed
     }
 
     pub(crate) fn running(&self) -> Option<&Running<I>> {

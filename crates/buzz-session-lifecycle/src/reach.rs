@@ -173,6 +173,21 @@ pub struct Plan {
     /// The session to retire first, with a handoff.
     #[cfg(feature = "continuity")]
     pub retire: Option<RetireStep>,
+    /// The model the continued or reopened session must be switched to before the prompt.
+    #[cfg(feature = "config-in-place")]
+    pub switch_model: Option<ModelSwitch>,
+}
+
+/// A model switch to apply in place (`session/set_config_option`, config `model`).
+#[cfg(feature = "config-in-place")]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelSwitch {
+    /// The model.
+    pub model: String,
+    /// The owner asked this thread for it: if the session cannot take it in place, the turn
+    /// stops and the session is retired (with a handoff) for one that has it. Other threads keep
+    /// their session and its model.
+    pub required: bool,
 }
 
 impl Default for Plan {
@@ -189,6 +204,8 @@ impl Default for Plan {
             context: FirstContext::Window,
             #[cfg(feature = "continuity")]
             retire: None,
+            #[cfg(feature = "config-in-place")]
+            switch_model: None,
         }
     }
 }
@@ -315,7 +332,9 @@ fn stored(s: Situation<'_>) -> Result<Reach, ColdReason> {
         (Belief::Unknown, Freshness::Fresh) => return Err(ColdReason::NoReceipt),
         (Belief::Unknown, _) => return Err(ColdReason::StoreUnavailable),
     };
-    if record.requested_model != s.config.requested_model {
+    // With in-place configuration changes a session opened under another model is reopened and
+    // switched, not replaced.
+    if !cfg!(feature = "config-in-place") && record.requested_model != s.config.requested_model {
         return Err(ColdReason::ModelChanged);
     }
     if record.requested_permission_mode != s.config.requested_permission_mode {

@@ -141,6 +141,24 @@ pub enum Record {
         /// The session.
         session_id: String,
     },
+    /// A session took a model switch in place.
+    #[cfg(feature = "config-in-place")]
+    ModelSwitched {
+        /// Scope label.
+        scope: String,
+        /// The model.
+        model: String,
+    },
+    /// A session could not take a model switch in place.
+    #[cfg(feature = "config-in-place")]
+    ModelNotSwitched {
+        /// Scope label.
+        scope: String,
+        /// The model.
+        model: String,
+        /// What the agent said.
+        detail: String,
+    },
     /// A follow-up waits for its resident's busy worker instead of going cold elsewhere.
     #[cfg(feature = "residency")]
     CapacityWait {
