@@ -21,10 +21,14 @@
 //! * [`render`] – `FORK_PATCHES.md`; [`ui`] – all printing.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod analysis;
 pub mod cargo;
+pub mod checks;
 pub mod cli;
 pub mod cmd;
+pub mod context;
 pub mod dates;
+pub mod enclosing;
 pub mod error;
 pub mod exact;
 pub mod fsutil;
@@ -39,7 +43,7 @@ pub mod tree;
 pub mod ui;
 pub mod workarea;
 
-pub use cmd::{Context, Outcome};
+pub use context::{Context, Outcome};
 pub use error::{Error, Result};
 
 /// Runs a parsed command line and returns the process exit code.

@@ -219,7 +219,9 @@ pub struct SurfaceLimits {
     /// Most lines the whole series may remove from files of the baseline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_removed_lines_in_upstream_files: Option<usize>,
-    /// Most lines any new module the series adds inside the crate may have.
+    /// Deprecated and ignored: glue modules are bounded by ownership (each
+    /// belongs to one patch), not by length. Still read, so a registry that
+    /// sets it keeps loading; `check` says to remove it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_glue_module_lines: Option<usize>,
     /// Whether an import cycle through a glue module is an error.

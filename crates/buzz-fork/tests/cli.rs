@@ -15,6 +15,8 @@ fn check_and_status_on_a_healthy_root() {
     ---------------|-------|-------|---------------|--------|------
     session-resume | exact | ok    | ok            | ok     |
 
+    checks: 14 of 14 passed
+
     check passed
     ");
     let (code, out, _) = run_bin(&f.root, &["status"]);
@@ -25,6 +27,7 @@ fn check_and_status_on_a_healthy_root() {
     session-resume | carried | upstreamable | yes     | 1 test(s), 1 snapshot(s)
 
     surface: +10 / -0 lines in upstream files (session-resume +10/-0)
+      session-resume: 2 hunk(s) in pool.rs: Pool::ensure_session, impl Pool
     glue modules: none
     import cycles through glue: none
     ");

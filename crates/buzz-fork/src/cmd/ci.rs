@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::cli::{CiArgs, VerifyArgs};
 use crate::cmd::sync::{self, SyncResult, SyncRun, SyncStatus, UpstreamDir};
 use crate::cmd::verify::{self, VerifyRow};
-use crate::cmd::{Context, Outcome};
+use crate::context::{Context, Outcome};
 use crate::error::{Error, Result};
 use crate::fsutil;
 use crate::registry::Registry;

@@ -26,13 +26,14 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::SyncArgs;
-use crate::cmd::check::content_path;
-use crate::cmd::{Context, Outcome, refresh};
+use crate::cmd::refresh;
+use crate::context::{Context, Outcome};
 use crate::error::{Error, Result};
 use crate::exact::{HunkFit, Overlay, Strictness, locate, split_lines};
 use crate::fsutil::{self, StagedDir};
 use crate::git::{ApplyMode, ApplyOutcome, Direction, MergeOutcome, Oid, Repo};
 use crate::guards;
+use crate::patchfile::content_path;
 use crate::patchfile::{self, ParsedPatch};
 use crate::registry::{PATCH_ID_TRAILER, PatchEntry, PatchId, Registry, Retired, Status};
 use crate::ui::{self, Table};
@@ -425,7 +426,7 @@ pub fn compute_from(
             found: old_tree.to_string(),
         });
     }
-    crate::cmd::check::preflight(&ctx.root, registry)?;
+    crate::checks::preflight(&ctx.root, registry)?;
     let new_tree = workarea::baseline_tree_from(&repo, layout, registry, source.source())?;
     let old = workarea::build_active_series(&repo, layout, registry, None)?;
     let label = new_version.map_or_else(|| format!("(tree {})", new_tree.short()), str::to_owned);

@@ -26,7 +26,7 @@ use std::path::Path;
 use crate::cargo::{Cargo, TestOutcome, compare_locks};
 use crate::cli::VerifyArgs;
 use crate::cmd::apply::{Force, apply};
-use crate::cmd::{Context, Outcome};
+use crate::context::{Context, Outcome};
 use crate::error::Result;
 use crate::git::{ApplyMode, ApplyOutcome, Direction, Oid};
 use crate::patchfile;
