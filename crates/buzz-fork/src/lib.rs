@@ -24,6 +24,7 @@
 pub mod analysis;
 pub mod cargo;
 pub mod checks;
+pub mod classify;
 pub mod cli;
 pub mod cmd;
 pub mod context;
