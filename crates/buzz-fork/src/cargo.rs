@@ -277,6 +277,53 @@ impl Cargo {
     }
 }
 
+/// Brings the lock file of the workspace at `root` in line with its
+/// members after they changed (a new baseline): `cargo update --workspace`,
+/// which updates only the workspace's own packages and adds what they newly
+/// need, never another version of a registry package already locked. Tried
+/// offline first (nothing to fetch in the usual case), then online. Returns
+/// whether the lock changed; a root without a `Cargo.toml` has nothing to do.
+///
+/// # Errors
+/// [`Error::LockUpdate`] when cargo fails both ways; I/O errors.
+pub fn update_workspace_lock(root: &Path) -> Result<bool> {
+    let manifest = root.join("Cargo.toml");
+    if !manifest.is_file() {
+        return Ok(false);
+    }
+    let lock = root.join("Cargo.lock");
+    let before = std::fs::read(&lock).ok();
+    let program = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut last = String::new();
+    for offline in [true, false] {
+        let mut cmd = Command::new(&program);
+        for var in SCRUBBED_ENV {
+            cmd.env_remove(var);
+        }
+        cmd.arg("update")
+            .arg("--workspace")
+            .arg("--manifest-path")
+            .arg(&manifest)
+            .stdin(Stdio::null());
+        if offline {
+            cmd.arg("--offline");
+        }
+        crate::ui::step(&Cargo::describe(&cmd));
+        let out = cmd.output().map_err(|source| Error::Spawn {
+            program: "cargo".into(),
+            source,
+        })?;
+        if out.status.success() {
+            return Ok(std::fs::read(&lock).ok() != before);
+        }
+        last = crate::error::first_line(&String::from_utf8_lossy(&out.stderr));
+    }
+    Err(Error::LockUpdate {
+        manifest,
+        detail: last,
+    })
+}
+
 /// Registry packages (name, version, source) of a `Cargo.lock`.
 ///
 /// # Errors

@@ -238,6 +238,18 @@ pub enum Error {
         /// How many further problems `check` reports.
         more: usize,
     },
+    /// `cargo update --workspace` could not bring the lock file in line
+    /// with a new baseline.
+    #[error(
+        "cannot update the lock file for {}: {detail} (the new baseline is written; run `cargo update --workspace` by hand)",
+        manifest.display()
+    )]
+    LockUpdate {
+        /// The workspace manifest.
+        manifest: PathBuf,
+        /// First line of cargo's explanation.
+        detail: String,
+    },
     /// cargo metadata failed or printed something unreadable.
     #[error("cargo metadata for {}: {detail}", manifest.display())]
     CargoMetadata {

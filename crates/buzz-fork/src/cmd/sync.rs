@@ -817,7 +817,10 @@ pub fn write_report(
 
 /// Writes an adopted sync into the repository at `dest` (the root, or the
 /// fork-CI candidate copy of it): the new baseline, the re-exported
-/// patches, retirements, registry and inventory. The work repo is only read.
+/// patches, retirements, registry and inventory, and the root `Cargo.lock`
+/// updated for the new workspace members (`cargo update --workspace`, which
+/// changes no registry package that is already locked). The work repo is
+/// only read.
 ///
 /// # Errors
 /// A retirement without an upstream reference; git or I/O failures.
@@ -873,6 +876,12 @@ pub fn adopt(
     export.write(dest)?;
     for rel in &removed {
         fsutil::remove_file_if_present(&dest.join(rel))?;
+    }
+    // The new baseline may change the workspace (its version, its
+    // dependencies): bring the lock file along, so `cargo … --locked` (and
+    // with it `scripts/fork`) accepts the repository as written.
+    if crate::cargo::update_workspace_lock(dest)? {
+        ui::note("updated Cargo.lock for the new baseline (cargo update --workspace)");
     }
     Ok(export.registry)
 }
