@@ -90,6 +90,10 @@ pub struct VerifyArgs {
     /// Skip the per-prefix builds (whole tree and defect tests only).
     #[arg(long)]
     pub skip_prefix: bool,
+    /// Also write the mutation check's Markdown evidence to FILE (e.g.
+    /// docs/mutation-report.md, the committed copy).
+    #[arg(long, value_name = "FILE", requires = "mutation")]
+    pub mutation_report: Option<PathBuf>,
 }
 
 /// `refresh` options.

@@ -17,6 +17,8 @@ pub enum Outcome {
     Failed,
     /// A sync is blocked by a conflict or a failed guard (exit 3).
     Blocked,
+    /// Fork CI: the new upstream fails its own tests (exit 4).
+    UpstreamBroken,
 }
 
 impl Outcome {
@@ -27,6 +29,7 @@ impl Outcome {
             Outcome::Ok => 0,
             Outcome::Failed => 1,
             Outcome::Blocked => 3,
+            Outcome::UpstreamBroken => 4,
         }
     }
 }

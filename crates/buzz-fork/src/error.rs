@@ -250,6 +250,17 @@ pub enum Error {
         /// First line of cargo's explanation.
         detail: String,
     },
+    /// A PostgreSQL server the guards need could not be provided.
+    #[error(
+        "cannot start PostgreSQL for the guard tests (workspace.services in patches.json): {step}: {detail} \
+         (or set BUZZ_TEST_POSTGRES_URL to a running server)"
+    )]
+    Postgres {
+        /// The step that failed (initdb, pg_ctl start, …).
+        step: String,
+        /// What went wrong.
+        detail: String,
+    },
     /// cargo metadata failed or printed something unreadable.
     #[error("cargo metadata for {}: {detail}", manifest.display())]
     CargoMetadata {

@@ -35,13 +35,18 @@ pub mod exact;
 pub mod fsutil;
 pub mod git;
 pub mod guards;
+pub mod libtest;
 pub mod modgraph;
+pub mod mutation;
 pub mod patchfile;
+pub mod postgres;
 pub mod registry;
 pub mod render;
+pub mod services;
 pub mod surface;
 pub mod tree;
 pub mod ui;
+pub mod upstream_run;
 pub mod workarea;
 
 pub use context::{Context, Outcome};

@@ -471,6 +471,7 @@ mod tests {
             seams: vec![],
             guard_tests: vec![],
             guard_snapshots: vec![],
+            api_guards: vec![],
             fixes_defects: vec![],
             retired: None,
         }

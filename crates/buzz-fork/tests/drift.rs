@@ -758,6 +758,8 @@ fn workspace_baseline_imports_the_sibling_crate_and_verify_builds_both() {
         out.contains("resume-within-limit | ok           | 1 passed"),
         "{out}"
     );
+    // Its guard calls the function the patch adds: an API guard, said so.
+    assert!(out.contains("| ok: 1 API guard"), "{out}");
     assert!(
         std::fs::read_to_string(root.join("target/fork-work/tree/crates/buzz-core/src/lib.rs"))
             .unwrap()

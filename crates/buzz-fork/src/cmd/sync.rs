@@ -148,7 +148,7 @@ impl UpstreamDir {
 }
 
 /// The package name a `Cargo.toml` declares.
-fn package_name(manifest: &Path) -> Result<Option<String>, String> {
+pub(crate) fn package_name(manifest: &Path) -> Result<Option<String>, String> {
     let text = std::fs::read_to_string(manifest)
         .map_err(|e| format!("cannot read {}: {e}", manifest.display()))?;
     let table: toml::Table = toml::from_str(&text).map_err(|e| {

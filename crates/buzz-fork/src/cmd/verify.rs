@@ -3,15 +3,22 @@
 //! 1. `apply` (work repo + patched tree).
 //! 2. Unless `--skip-prefix`, for each prefix 1..=n of the active series
 //!    (written to the tree directory in turn): `cargo check --workspace`, `cargo build
-//!    --workspace --bins`, then that patch's guard tests (`cargo test -p
-//!    <tests package> --test <target> -- --exact <fn>…`, compiled first with
+//!    --workspace --bins`, then each of that patch's guard tests (`cargo test -p
+//!    <tests package> --test <target> -- --exact <fn>`, compiled first with
 //!    `--no-run` so a compile failure is told apart from a failure).
 //! 3. The whole tree: `cargo build --workspace --bins`, then the whole suite
 //!    with the applied patches' `fixes_defects` tests skipped per target
 //!    (`--exact --skip`), then each defect test alone, which must FAIL.
 //! 4. With `--mutation`, for each patch P: the series without P, without the
-//!    patches that depend on P and without those that no longer apply; P's
-//!    guard tests run there and every guard that still passes is reported.
+//!    patches that depend on P and without those that no longer apply; each
+//!    of P's guards runs there and is judged by the rule of
+//!    [`crate::mutation`]: it must have passed with P (at P's prefix, or on
+//!    the whole tree with `--skip-prefix`) and now compile and fail by an
+//!    assertion. The evidence goes to `target/fork-work/mutation.json` and
+//!    `mutation.md` (and `--mutation-report FILE`).
+//!
+//! The tests get the services the registry asks for (`workspace.services`,
+//! see [`crate::services`]); the caller provides them for the whole run.
 //!
 //! Every cargo call uses the patched profile and the root target directory;
 //! after building, the tree's lock must hold the root lock's registry packages.
@@ -21,16 +28,19 @@
 //! into one target directory would let it reuse stale artifacts.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use crate::cargo::{Cargo, TestOutcome, compare_locks};
+use crate::cargo::{Cargo, TestRun, compare_locks};
 use crate::cli::VerifyArgs;
 use crate::cmd::apply::{Force, apply};
 use crate::context::{Context, Outcome};
 use crate::error::Result;
+use crate::fsutil;
 use crate::git::{ApplyMode, ApplyOutcome, Direction, Oid};
+use crate::mutation::{self, GuardEvidence, MutationReport, PatchEvidence};
 use crate::patchfile;
 use crate::registry::{PatchEntry, Registry, TestRef};
+use crate::services::Services;
 use crate::tree;
 use crate::ui::{self, Table};
 use crate::workarea::{self, Series};
@@ -60,10 +70,16 @@ pub struct VerifyReport {
     pub suite: String,
     /// Problems found.
     pub problems: Vec<String>,
+    /// The services the tests got (`started PostgreSQL at …`).
+    pub services: Vec<String>,
+    /// The mutation check's evidence (with `--mutation`).
+    pub mutation: Option<MutationReport>,
+    /// Where the evidence was written (JSON, Markdown).
+    pub mutation_files: Option<(PathBuf, PathBuf)>,
 }
 
 impl VerifyReport {
-    /// Table, suite result and problems.
+    /// Table, services, suite result, evidence files and problems.
     #[must_use]
     pub fn render(&self) -> String {
         let mut t = Table::new(&["id", "prefix build", "guards", "defects", "mutation"]);
@@ -81,7 +97,18 @@ impl VerifyReport {
         } else {
             t.render()
         };
-        out.push_str(&format!("\nwhole test suite: {}\n", self.suite));
+        out.push('\n');
+        for s in &self.services {
+            out.push_str(&format!("service: {s}\n"));
+        }
+        out.push_str(&format!("whole test suite: {}\n", self.suite));
+        if let Some((json, md)) = &self.mutation_files {
+            out.push_str(&format!(
+                "mutation evidence: {} ({})\n",
+                json.display(),
+                md.display()
+            ));
+        }
         match ui::bullets(
             &format!("\n{} problem(s):", self.problems.len()),
             &self.problems,
@@ -93,17 +120,6 @@ impl VerifyReport {
     }
 }
 
-/// Groups test references by (package, target).
-fn by_target(tests: &[TestRef]) -> BTreeMap<(String, String), Vec<TestRef>> {
-    let mut out: BTreeMap<(String, String), Vec<TestRef>> = BTreeMap::new();
-    for t in tests {
-        out.entry((t.package.clone(), t.target.clone()))
-            .or_default()
-            .push(t.clone());
-    }
-    out
-}
-
 fn guard_refs(registry: &Registry, entry: &PatchEntry) -> Vec<TestRef> {
     entry
         .guard_tests
@@ -112,24 +128,26 @@ fn guard_refs(registry: &Registry, entry: &PatchEntry) -> Vec<TestRef> {
         .collect()
 }
 
-/// Runs the guard tests of `entry` in the tree of `cargo`; returns each
-/// test with its outcome.
+fn guard_name(t: &TestRef) -> String {
+    format!("{}::{}", t.target, t.name)
+}
+
+/// Runs each guard test of `entry` in the tree of `cargo` (one run per
+/// test, so each gets its own result; only the first run of a target
+/// compiles it).
 fn run_guards(
     cargo: &Cargo,
     registry: &Registry,
     entry: &PatchEntry,
-) -> Result<Vec<(String, TestOutcome)>> {
-    // One run per test, so each guard gets its own verdict (compilation is
-    // shared: only the first run of a target builds it).
+) -> Result<Vec<(String, TestRun)>> {
     let mut out = Vec::new();
     for t in guard_refs(registry, entry) {
-        let (outcome, _) = cargo.run_named_tests(std::slice::from_ref(&t))?;
-        out.push((format!("{}::{}", t.target, t.name), outcome));
+        out.push((guard_name(&t), cargo.run_test(&t)?));
     }
     Ok(out)
 }
 
-fn summarize(results: &[(String, TestOutcome)]) -> String {
+fn summarize(results: &[(String, TestRun)]) -> String {
     if results.is_empty() {
         return "none".into();
     }
@@ -142,6 +160,17 @@ fn summarize(results: &[(String, TestOutcome)]) -> String {
         .map(|(k, v)| format!("{v} {k}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Groups test references by (package, target).
+fn by_target(tests: &[TestRef]) -> BTreeMap<(String, String), Vec<TestRef>> {
+    let mut out: BTreeMap<(String, String), Vec<TestRef>> = BTreeMap::new();
+    for t in tests {
+        out.entry((t.package.clone(), t.target.clone()))
+            .or_default()
+            .push(t.clone());
+    }
+    out
 }
 
 fn lock_check(cargo: &Cargo, root: &Path, problems: &mut Vec<String>, what: &str) {
@@ -269,19 +298,35 @@ fn dependents(patches: &[&PatchEntry], id: &str) -> BTreeSet<String> {
     }
 }
 
-/// Runs verify.
+/// Where each guard's run with its patch came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WithPatch {
+    /// The prefix stage (its failures are reported there).
+    Prefix,
+    /// The whole tree, run by the mutation stage under `--skip-prefix`.
+    WholeTree,
+}
+
+/// Each patch's guard runs with the patch, and where they were taken.
+type WithPatchRuns = BTreeMap<String, (WithPatch, Vec<(String, TestRun)>)>;
+
+/// Runs verify with the run's `services` in the tests' environment.
 ///
 /// # Errors
 /// Environment errors (registry, git, cargo missing, dirty work repo, a
 /// patch that does not apply).
-pub fn verify(ctx: &Context, args: &VerifyArgs) -> Result<VerifyReport> {
+pub fn verify(ctx: &Context, args: &VerifyArgs, services: &Services) -> Result<VerifyReport> {
     let registry = ctx.registry()?;
     let applied = apply(ctx, &registry, None, Force::No)?;
     let layout = &ctx.layout;
     let root = &ctx.root;
     let target = layout.target_dir();
+    let cargo_for = |dir: &Path| Cargo::new(dir, &target).with_services(services);
     let active: Vec<&PatchEntry> = registry.active().collect();
-    let mut report = VerifyReport::default();
+    let mut report = VerifyReport {
+        services: services.describe(),
+        ..VerifyReport::default()
+    };
     for entry in &active {
         report.rows.push(VerifyRow {
             id: entry.id.to_string(),
@@ -296,6 +341,8 @@ pub fn verify(ctx: &Context, args: &VerifyArgs) -> Result<VerifyReport> {
         });
     }
     let repo = workarea::open_repo(&ctx.git, layout)?;
+    // Each guard's run with its patch, by patch id.
+    let mut with_patch: WithPatchRuns = BTreeMap::new();
 
     // Per-prefix builds and guards.
     if !args.skip_prefix {
@@ -309,7 +356,7 @@ pub fn verify(ctx: &Context, args: &VerifyArgs) -> Result<VerifyReport> {
                 applied.series.prefix_tip(i + 1),
                 &dir,
             )?;
-            let cargo = Cargo::new(&dir, &target);
+            let cargo = cargo_for(&dir);
             let checked = cargo.check_workspace()?;
             lock_check(&cargo, root, &mut report.problems, entry.id.as_str());
             let built = checked && cargo.build_bins()?;
@@ -331,15 +378,16 @@ pub fn verify(ctx: &Context, args: &VerifyArgs) -> Result<VerifyReport> {
             row.prefix = "ok".into();
             let results = run_guards(&cargo, &registry, entry)?;
             row.guards = summarize(&results);
-            for (name, outcome) in &results {
-                if *outcome != TestOutcome::Passed {
+            for (name, run) in &results {
+                if *run != TestRun::Passed {
                     report.problems.push(format!(
                         "[{}] guard {name} {} at its prefix",
                         entry.id,
-                        outcome.label()
+                        run.label()
                     ));
                 }
             }
+            with_patch.insert(entry.id.to_string(), (WithPatch::Prefix, results));
         }
     }
 
@@ -352,7 +400,7 @@ pub fn verify(ctx: &Context, args: &VerifyArgs) -> Result<VerifyReport> {
         applied.series.tip(),
         &applied.tree,
     )?;
-    let cargo = Cargo::new(&applied.tree, &target);
+    let cargo = cargo_for(&applied.tree);
     let built = cargo.build_bins()?;
     lock_check(&cargo, root, &mut report.problems, "tree");
     let defects: Vec<(String, TestRef)> = active
@@ -375,11 +423,10 @@ pub fn verify(ctx: &Context, args: &VerifyArgs) -> Result<VerifyReport> {
         // Defect tests alone: each must fail now that its fix is applied.
         let mut per_patch: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (id, t) in &defects {
-            let (outcome, _) = cargo.run_named_tests(std::slice::from_ref(t))?;
             let name = format!("{}::{}::{}", t.package, t.target, t.name);
-            let verdict = match outcome {
-                TestOutcome::Failed => "fails as expected".to_owned(),
-                TestOutcome::Passed => {
+            let verdict = match cargo.run_test(t)? {
+                TestRun::Failed { .. } => "fails as expected".to_owned(),
+                TestRun::Passed => {
                     report.problems.push(format!(
                         "[{id}] defect test {name} still passes: the patch does not fix the pinned defect"
                     ));
@@ -406,61 +453,56 @@ pub fn verify(ctx: &Context, args: &VerifyArgs) -> Result<VerifyReport> {
             .push("[tree] the patched tree does not build its binaries".into());
     }
 
-    // Mutation check.
     if args.mutation {
-        for (i, entry) in active.iter().enumerate() {
-            ui::step(&format!(
-                "mutation {}/{}: without {}",
-                i + 1,
-                active.len(),
-                entry.id
-            ));
-            let excluded = dependents(&active, entry.id.as_str());
-            let (tip, dropped) = mutant_series(ctx, &applied.series, &active, &excluded)?;
-            let dir = applied.tree.clone();
-            tree::write_tree(&repo, layout, &registry, &tip, &dir)?;
-            let cargo = Cargo::new(&dir, &target);
-            let _bins_built = cargo.build_bins()?;
+        // Without the prefix stage, the guards' runs with their patches are
+        // taken on the whole tree, in the same environment.
+        for entry in &active {
+            if with_patch.contains_key(entry.id.as_str()) {
+                continue;
+            }
             let results = run_guards(&cargo, &registry, entry)?;
-            let mut also: Vec<String> = excluded
-                .iter()
-                .filter(|x| x.as_str() != entry.id.as_str())
-                .cloned()
-                .collect();
-            also.extend(dropped.iter().map(|d| format!("{d} (no longer applies)")));
-            let passing: Vec<&String> = results
-                .iter()
-                .filter(|(_, o)| *o == TestOutcome::Passed)
-                .map(|(n, _)| n)
-                .collect();
-            for name in &passing {
-                report.problems.push(format!(
-                    "[{}] guard {name} still PASSES without the patch: it does not guard it",
-                    entry.id
-                ));
+            for (name, run) in &results {
+                if *run != TestRun::Passed {
+                    report.problems.push(format!(
+                        "[{}] guard {name} {} on the whole patched tree",
+                        entry.id,
+                        run.label()
+                    ));
+                }
             }
-            let missing: Vec<&String> = results
-                .iter()
-                .filter(|(_, o)| *o == TestOutcome::NotFound)
-                .map(|(n, _)| n)
-                .collect();
-            for name in &missing {
-                report
-                    .problems
-                    .push(format!("[{}] guard {name} not found", entry.id));
-            }
-            let mut cell = if results.is_empty() {
-                "no guards".to_owned()
-            } else if passing.is_empty() {
-                format!("ok: {}", summarize(&results))
-            } else {
-                format!("FAIL: {}", summarize(&results))
-            };
-            if !also.is_empty() {
-                cell.push_str(&format!(" (also without {})", also.join(", ")));
-            }
-            report.rows[i].mutation = cell;
+            with_patch.insert(entry.id.to_string(), (WithPatch::WholeTree, results));
         }
+        let evidence = mutation_check(
+            ctx,
+            &registry,
+            &applied.series,
+            &active,
+            &cargo_for,
+            &with_patch,
+        )?;
+        for (row, patch) in report.rows.iter_mut().zip(&evidence.patches) {
+            row.mutation = patch.cell();
+        }
+        for (patch, entry) in evidence.patches.iter().zip(&active) {
+            let from_prefix = with_patch
+                .get(entry.id.as_str())
+                .is_some_and(|(source, _)| *source == WithPatch::Prefix);
+            for g in &patch.guards {
+                // A guard that fails with its patch was reported where it ran.
+                if matches!(g.verdict, mutation::Verdict::FailsWithPatch { .. }) && from_prefix {
+                    continue;
+                }
+                if let Some(p) = g.verdict.problem(&patch.id, &g.test) {
+                    report.problems.push(p);
+                }
+            }
+        }
+        let json = layout.work.join("mutation.json");
+        let md = layout.work.join("mutation.md");
+        fsutil::write_atomic(&json, evidence.to_json().as_bytes())?;
+        fsutil::write_atomic(&md, evidence.to_markdown().as_bytes())?;
+        report.mutation_files = Some((json, md));
+        report.mutation = Some(evidence);
         // Leave the full patched tree in place.
         tree::write_tree(
             &repo,
@@ -473,12 +515,87 @@ pub fn verify(ctx: &Context, args: &VerifyArgs) -> Result<VerifyReport> {
     Ok(report)
 }
 
-/// `scripts/fork verify`.
+/// For each patch P: P's guards in the series without P (and without what
+/// depends on it or no longer applies), judged against their runs with P.
+fn mutation_check(
+    ctx: &Context,
+    registry: &Registry,
+    series: &Series,
+    active: &[&PatchEntry],
+    cargo_for: &dyn Fn(&Path) -> Cargo,
+    with_patch: &WithPatchRuns,
+) -> Result<MutationReport> {
+    let layout = &ctx.layout;
+    let repo = workarea::open_repo(&ctx.git, layout)?;
+    let dir = layout.tree();
+    let mut out = MutationReport {
+        upstream: format!(
+            "{} {} (baseline tree `{}`)",
+            registry.upstream.crate_name, registry.upstream.version, registry.upstream.tree
+        ),
+        patches: Vec::new(),
+    };
+    for (i, entry) in active.iter().enumerate() {
+        ui::step(&format!(
+            "mutation {}/{}: without {}",
+            i + 1,
+            active.len(),
+            entry.id
+        ));
+        let excluded = dependents(active, entry.id.as_str());
+        let (tip, dropped) = mutant_series(ctx, series, active, &excluded)?;
+        tree::write_tree(&repo, layout, registry, &tip, &dir)?;
+        let cargo = cargo_for(&dir);
+        let _bins_built = cargo.build_bins()?;
+        let mut also_without: Vec<String> = excluded
+            .iter()
+            .filter(|x| x.as_str() != entry.id.as_str())
+            .cloned()
+            .collect();
+        also_without.extend(dropped.iter().map(|d| format!("{d} (no longer applies)")));
+        let with: BTreeMap<&str, &TestRun> = with_patch
+            .get(entry.id.as_str())
+            .map(|(_, runs)| runs.iter().map(|(n, r)| (n.as_str(), r)).collect())
+            .unwrap_or_default();
+        let mut guards = Vec::new();
+        for (name, without) in run_guards(&cargo, registry, entry)? {
+            let with_run = with
+                .get(name.as_str())
+                .copied()
+                .cloned()
+                .unwrap_or(TestRun::NotFound);
+            let verdict = mutation::judge(&with_run, &without, entry.api_guard_reason(&name));
+            guards.push(GuardEvidence {
+                test: name,
+                with_patch: with_run,
+                without_patch: without,
+                verdict,
+            });
+        }
+        out.patches.push(PatchEvidence {
+            id: entry.id.to_string(),
+            also_without,
+            guards,
+        });
+    }
+    Ok(out)
+}
+
+/// `scripts/fork verify`: provides the services the registry asks for,
+/// verifies, stops what it started, and prints the report.
 ///
 /// # Errors
-/// See [`verify`].
+/// See [`verify`]; a service that cannot be provided.
 pub fn run(ctx: &Context, args: &VerifyArgs) -> Result<Outcome> {
-    let report = verify(ctx, args)?;
+    let registry = ctx.registry()?;
+    let services = Services::provide(&registry, &ctx.layout.work)?;
+    let report = verify(ctx, args, &services)?;
+    drop(services);
+    if let (Some(path), Some(evidence)) = (&args.mutation_report, &report.mutation) {
+        let path = fsutil::absolute(path)?;
+        fsutil::write_atomic(&path, evidence.to_markdown().as_bytes())?;
+        ui::note(&format!("wrote the mutation report to {}", path.display()));
+    }
     ui::report(&report.render());
     Ok(if report.problems.is_empty() {
         Outcome::Ok
