@@ -2,7 +2,9 @@
 //!
 //! Exit codes: `0` success, `1` a check or verify failure (something about the
 //! series is wrong), `2` a usage or environment error (the tool could not do
-//! its job), `3` a sync blocked by a conflict or a failed guard.
+//! its job), `3` a sync blocked by a conflict or a failed guard, `4` (fork
+//! CI) an upstream that fails its own tests. `3` and `4` are verdicts
+//! ([`crate::Outcome`]), never errors.
 
 use std::path::PathBuf;
 

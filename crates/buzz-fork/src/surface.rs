@@ -87,7 +87,13 @@ impl PatchSurface {
     /// [`PatchSurface::touched`] as text: `pool.rs: Pool::ensure_session, impl Pool; Cargo.toml: [dependencies]`.
     #[must_use]
     pub fn touched_text(&self, code: bool) -> String {
-        let quote = |s: &str| if code { format!("`{s}`") } else { s.to_owned() };
+        let quote = |s: &str| {
+            if code && s != enclosing::MODULE_LEVEL {
+                format!("`{s}`")
+            } else {
+                s.to_owned()
+            }
+        };
         self.touched()
             .iter()
             .map(|(file, items)| {
@@ -414,7 +420,13 @@ fn code_list(items: &[String]) -> String {
     } else {
         items
             .iter()
-            .map(|i| format!("`{i}`"))
+            .map(|i| {
+                if i == enclosing::MODULE_LEVEL {
+                    i.clone()
+                } else {
+                    format!("`{i}`")
+                }
+            })
             .collect::<Vec<_>>()
             .join(", ")
     }

@@ -1,6 +1,6 @@
 //! `check`: everything that can be verified without building. The facts are
 //! gathered here (the baseline's tree id through the work repo's git, the
-//! [`analysis`](crate::analysis) of the series); the named checks are in
+//! [`crate::analysis`] of the series); the named checks are in
 //! [`crate::checks`]. The report is a table per patch, a table of the checks
 //! and every problem.
 
