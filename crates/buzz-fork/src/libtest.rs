@@ -13,7 +13,8 @@
 //! ```
 //!
 //! (newer toolchains write the thread id after its name: `thread 'name'
-//! (1234) panicked at …`). An insta snapshot mismatch panics inside insta
+//! (1234) panicked at …`). A message that starts with `assertion` is a
+//! failed assertion; any other is a plain panic (`expect`, `panic!`). An insta snapshot mismatch panics inside insta
 //! with `snapshot assertion for 'name' failed in line N`, after a summary
 //! that names the assertion's `Source: FILE:LINE`; the failure is then
 //! placed there.
@@ -24,8 +25,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FailureKind {
-    /// A panic in the test (`assert!`, `assert_eq!`, `panic!`, `unwrap`, …).
+    /// A failed assertion (`assert!`, `assert_eq!`, …: the message starts
+    /// with `assertion`).
     Assertion,
+    /// Any other panic of the test (`panic!`, `expect`, `unwrap`, a helper
+    /// that gave up).
+    Panic,
     /// An insta snapshot did not match.
     SnapshotMismatch,
 }
@@ -100,8 +105,12 @@ pub fn failures(output: &str) -> Vec<Failure> {
             None => Failure {
                 thread,
                 location,
+                kind: if message.starts_with("assertion") {
+                    FailureKind::Assertion
+                } else {
+                    FailureKind::Panic
+                },
                 message,
-                kind: FailureKind::Assertion,
             },
         });
     }
@@ -209,7 +218,9 @@ background
 thread 'a::b' panicked at tests/t.rs:9:5:
 foreground
 ";
-        assert_eq!(failure_of(output, "a::b").unwrap().message, "foreground");
+        let f = failure_of(output, "a::b").unwrap();
+        assert_eq!(f.message, "foreground");
+        assert_eq!(f.kind, FailureKind::Panic);
         assert_eq!(failures(output).len(), 2);
         assert!(failure_of("test a ... FAILED\n", "a").is_none());
     }

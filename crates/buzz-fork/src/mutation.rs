@@ -5,7 +5,11 @@
 //! series (with the patches that depend on it, in the same environment) the
 //! guard compiles and a test assertion fails, or an insta snapshot no
 //! longer matches. The failing assertion (file, line and message, read from
-//! libtest's output) is the evidence, kept per guard in
+//! libtest's output) is the evidence. A test that panics otherwise (an
+//! `expect` in a helper, say) counts too, but the evidence calls it a
+//! panic, so a reader sees when a guard dies of something other than an
+//! assertion about behaviour (e.g. the unpatched binary rejecting a flag).
+//! The evidence is kept per guard in
 //! `target/fork-work/mutation.json` and rendered as Markdown
 //! (`target/fork-work/mutation.md`, and wherever `--mutation-report` puts a
 //! copy to commit).
@@ -220,7 +224,8 @@ impl MutationReport {
         let _ = writeln!(
             m,
             "Each guard passes with its patch and, with the patch (and the patches that depend on it) taken out of the \
-             series, compiles and fails by a test assertion or a snapshot mismatch: that failure is the evidence below. \
+             series, compiles and fails by a test assertion or a snapshot mismatch: that failure is the evidence below \
+             (a guard that dies of another panic is counted apart: read its message). \
              A guard that only fails to compile without its patch proves the patch's API, not its behaviour. \
              Verified on {}.",
             self.upstream
@@ -242,11 +247,16 @@ impl MutationReport {
             let count = |f: fn(&Verdict) -> bool| p.guards.iter().filter(|g| f(&g.verdict)).count();
             let _ = writeln!(
                 m,
-                "| [`{}`](#{}) | {} | {} | {} | {} |",
+                "| [`{}`](#{}) | {} | {} | {} | {} | {} |",
                 p.id,
                 p.id,
                 p.guards.len(),
-                count(|v| matches!(v, Verdict::Killed { .. })),
+                count(
+                    |v| matches!(v, Verdict::Killed { failure } if failure.kind != FailureKind::Panic)
+                ),
+                count(
+                    |v| matches!(v, Verdict::Killed { failure } if failure.kind == FailureKind::Panic)
+                ),
                 count(|v| matches!(v, Verdict::ApiGuard { .. })),
                 count(Verdict::is_problem)
             );
@@ -278,6 +288,7 @@ impl MutationReport {
                         "{} at `{}`",
                         match failure.kind {
                             FailureKind::Assertion => "assertion",
+                            FailureKind::Panic => "panic",
                             FailureKind::SnapshotMismatch => "snapshot mismatch",
                         },
                         failure.location

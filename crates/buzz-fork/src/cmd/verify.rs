@@ -32,11 +32,11 @@ use std::path::{Path, PathBuf};
 
 use crate::cargo::{Cargo, TestRun, compare_locks};
 use crate::cli::VerifyArgs;
-use crate::cmd::apply::{Force, apply};
+use crate::cmd::apply::{Applied, Force, apply};
 use crate::context::{Context, Outcome};
 use crate::error::Result;
 use crate::fsutil;
-use crate::git::{ApplyMode, ApplyOutcome, Direction, Oid};
+use crate::git::{ApplyMode, ApplyOutcome, Direction, Oid, Repo};
 use crate::mutation::{self, GuardEvidence, MutationReport, PatchEvidence};
 use crate::patchfile;
 use crate::registry::{PatchEntry, Registry, TestRef};
@@ -310,61 +310,64 @@ enum WithPatch {
 /// Each patch's guard runs with the patch, and where they were taken.
 type WithPatchRuns = BTreeMap<String, (WithPatch, Vec<(String, TestRun)>)>;
 
-/// Runs verify with the run's `services` in the tests' environment.
-///
-/// # Errors
-/// Environment errors (registry, git, cargo missing, dirty work repo, a
-/// patch that does not apply).
-pub fn verify(ctx: &Context, args: &VerifyArgs, services: &Services) -> Result<VerifyReport> {
-    let registry = ctx.registry()?;
-    let applied = apply(ctx, &registry, None, Force::No)?;
-    let layout = &ctx.layout;
-    let root = &ctx.root;
-    let target = layout.target_dir();
-    let cargo_for = |dir: &Path| Cargo::new(dir, &target).with_services(services);
-    let active: Vec<&PatchEntry> = registry.active().collect();
-    let mut report = VerifyReport {
-        services: services.describe(),
-        ..VerifyReport::default()
-    };
-    for entry in &active {
-        report.rows.push(VerifyRow {
-            id: entry.id.to_string(),
-            prefix: "skipped".into(),
-            guards: "skipped".into(),
-            defects: if entry.fixes_defects.is_empty() {
-                "none".into()
-            } else {
-                "not run".into()
-            },
-            mutation: "not run".into(),
-        });
-    }
-    let repo = workarea::open_repo(&ctx.git, layout)?;
-    // Each guard's run with its patch, by patch id.
-    let mut with_patch: WithPatchRuns = BTreeMap::new();
+/// One verify run: what every stage reads, and the report they fill.
+struct Run<'a> {
+    ctx: &'a Context,
+    registry: &'a Registry,
+    services: &'a Services,
+    applied: &'a Applied,
+    active: Vec<&'a PatchEntry>,
+    repo: Repo<'a>,
+    report: VerifyReport,
+    /// Each guard's run with its patch, by patch id.
+    with_patch: WithPatchRuns,
+}
 
-    // Per-prefix builds and guards.
-    if !args.skip_prefix {
-        for (i, entry) in active.iter().enumerate() {
-            ui::step(&format!("prefix {}/{}: {}", i + 1, active.len(), entry.id));
-            let dir = applied.tree.clone();
-            tree::write_tree(
-                &repo,
-                layout,
-                &registry,
-                applied.series.prefix_tip(i + 1),
-                &dir,
-            )?;
-            let cargo = cargo_for(&dir);
+impl Run<'_> {
+    fn cargo(&self, dir: &Path) -> Cargo {
+        Cargo::new(dir, &self.ctx.layout.target_dir()).with_services(self.services)
+    }
+
+    /// Writes the tree of `commit` into the tree directory.
+    fn write_tree(&self, commit: &Oid) -> Result<()> {
+        tree::write_tree(
+            &self.repo,
+            &self.ctx.layout,
+            self.registry,
+            commit,
+            &self.applied.tree,
+        )?;
+        Ok(())
+    }
+
+    fn problem(&mut self, text: String) {
+        self.report.problems.push(text);
+    }
+
+    /// Stage 2: each prefix builds and passes its patch's guards.
+    fn prefixes(&mut self) -> Result<()> {
+        for i in 0..self.active.len() {
+            let entry = self.active[i];
+            ui::step(&format!(
+                "prefix {}/{}: {}",
+                i + 1,
+                self.active.len(),
+                entry.id
+            ));
+            self.write_tree(self.applied.series.prefix_tip(i + 1))?;
+            let cargo = self.cargo(&self.applied.tree);
             let checked = cargo.check_workspace()?;
-            lock_check(&cargo, root, &mut report.problems, entry.id.as_str());
+            lock_check(
+                &cargo,
+                &self.ctx.root,
+                &mut self.report.problems,
+                entry.id.as_str(),
+            );
             let built = checked && cargo.build_bins()?;
-            let row = &mut report.rows[i];
             if !built {
-                row.prefix = "FAIL".into();
-                row.guards = "not run".into();
-                report.problems.push(format!(
+                self.report.rows[i].prefix = "FAIL".into();
+                self.report.rows[i].guards = "not run".into();
+                self.problem(format!(
                     "[{}] the tree up to this patch does not {}",
                     entry.id,
                     if checked {
@@ -375,50 +378,51 @@ pub fn verify(ctx: &Context, args: &VerifyArgs, services: &Services) -> Result<V
                 ));
                 continue;
             }
-            row.prefix = "ok".into();
-            let results = run_guards(&cargo, &registry, entry)?;
-            row.guards = summarize(&results);
+            self.report.rows[i].prefix = "ok".into();
+            let results = run_guards(&cargo, self.registry, entry)?;
+            self.report.rows[i].guards = summarize(&results);
             for (name, run) in &results {
                 if *run != TestRun::Passed {
-                    report.problems.push(format!(
+                    self.problem(format!(
                         "[{}] guard {name} {} at its prefix",
                         entry.id,
                         run.label()
                     ));
                 }
             }
-            with_patch.insert(entry.id.to_string(), (WithPatch::Prefix, results));
+            self.with_patch
+                .insert(entry.id.to_string(), (WithPatch::Prefix, results));
         }
+        Ok(())
     }
 
-    // Whole tree.
-    ui::step("whole patched tree");
-    tree::write_tree(
-        &repo,
-        layout,
-        &registry,
-        applied.series.tip(),
-        &applied.tree,
-    )?;
-    let cargo = cargo_for(&applied.tree);
-    let built = cargo.build_bins()?;
-    lock_check(&cargo, root, &mut report.problems, "tree");
-    let defects: Vec<(String, TestRef)> = active
-        .iter()
-        .flat_map(|p| {
-            p.fixes_defects
-                .iter()
-                .filter_map(|d| TestRef::defect(d).map(|t| (p.id.to_string(), t)))
-        })
-        .collect();
-    if built {
+    /// Stage 3: the whole tree builds, its suite passes, and each pinned
+    /// defect test fails on its own. Returns the whole tree's cargo.
+    fn whole_tree(&mut self) -> Result<Cargo> {
+        ui::step("whole patched tree");
+        self.write_tree(self.applied.series.tip())?;
+        let cargo = self.cargo(&self.applied.tree);
+        let built = cargo.build_bins()?;
+        lock_check(&cargo, &self.ctx.root, &mut self.report.problems, "tree");
+        if !built {
+            self.report.suite = "not run (binaries do not build)".into();
+            self.problem("[tree] the patched tree does not build its binaries".into());
+            return Ok(cargo);
+        }
+        let defects: Vec<(String, TestRef)> = self
+            .active
+            .iter()
+            .flat_map(|p| {
+                p.fixes_defects
+                    .iter()
+                    .filter_map(|d| TestRef::defect(d).map(|t| (p.id.to_string(), t)))
+            })
+            .collect();
         let refs: Vec<TestRef> = defects.iter().map(|(_, t)| t.clone()).collect();
         let ok = whole_suite(&cargo, &refs)?;
-        report.suite = if ok { "passed".into() } else { "FAILED".into() };
+        self.report.suite = if ok { "passed".into() } else { "FAILED".into() };
         if !ok {
-            report
-                .problems
-                .push("[tree] the whole test suite of the patched tree fails".into());
+            self.problem("[tree] the whole test suite of the patched tree fails".into());
         }
         // Defect tests alone: each must fail now that its fix is applied.
         let mut per_patch: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -427,65 +431,64 @@ pub fn verify(ctx: &Context, args: &VerifyArgs, services: &Services) -> Result<V
             let verdict = match cargo.run_test(t)? {
                 TestRun::Failed { .. } => "fails as expected".to_owned(),
                 TestRun::Passed => {
-                    report.problems.push(format!(
+                    self.problem(format!(
                         "[{id}] defect test {name} still passes: the patch does not fix the pinned defect"
                     ));
                     "STILL PASSES".to_owned()
                 }
                 other => {
-                    report
-                        .problems
-                        .push(format!("[{id}] defect test {name} {}", other.label()));
+                    self.problem(format!("[{id}] defect test {name} {}", other.label()));
                     other.label().to_uppercase()
                 }
             };
             per_patch.entry(id.clone()).or_default().push(verdict);
         }
-        for row in &mut report.rows {
+        for row in &mut self.report.rows {
             if let Some(v) = per_patch.get(&row.id) {
                 row.defects = v.join(", ");
             }
         }
-    } else {
-        report.suite = "not run (binaries do not build)".into();
-        report
-            .problems
-            .push("[tree] the patched tree does not build its binaries".into());
+        Ok(cargo)
     }
 
-    if args.mutation {
+    /// Stage 4: the mutation check, its evidence written to the work area.
+    fn mutation(&mut self, whole_tree: &Cargo) -> Result<()> {
         // Without the prefix stage, the guards' runs with their patches are
         // taken on the whole tree, in the same environment.
-        for entry in &active {
-            if with_patch.contains_key(entry.id.as_str()) {
+        for i in 0..self.active.len() {
+            let entry = self.active[i];
+            if self.with_patch.contains_key(entry.id.as_str()) {
                 continue;
             }
-            let results = run_guards(&cargo, &registry, entry)?;
+            let results = run_guards(whole_tree, self.registry, entry)?;
             for (name, run) in &results {
                 if *run != TestRun::Passed {
-                    report.problems.push(format!(
+                    self.problem(format!(
                         "[{}] guard {name} {} on the whole patched tree",
                         entry.id,
                         run.label()
                     ));
                 }
             }
-            with_patch.insert(entry.id.to_string(), (WithPatch::WholeTree, results));
+            self.with_patch
+                .insert(entry.id.to_string(), (WithPatch::WholeTree, results));
         }
+        let cargo_for = |dir: &Path| self.cargo(dir);
         let evidence = mutation_check(
-            ctx,
-            &registry,
-            &applied.series,
-            &active,
+            self.ctx,
+            self.registry,
+            &self.applied.series,
+            &self.active,
             &cargo_for,
-            &with_patch,
+            &self.with_patch,
         )?;
-        for (row, patch) in report.rows.iter_mut().zip(&evidence.patches) {
+        for (row, patch) in self.report.rows.iter_mut().zip(&evidence.patches) {
             row.mutation = patch.cell();
         }
-        for (patch, entry) in evidence.patches.iter().zip(&active) {
-            let from_prefix = with_patch
-                .get(entry.id.as_str())
+        for patch in &evidence.patches {
+            let from_prefix = self
+                .with_patch
+                .get(patch.id.as_str())
                 .is_some_and(|(source, _)| *source == WithPatch::Prefix);
             for g in &patch.guards {
                 // A guard that fails with its patch was reported where it ran.
@@ -493,26 +496,67 @@ pub fn verify(ctx: &Context, args: &VerifyArgs, services: &Services) -> Result<V
                     continue;
                 }
                 if let Some(p) = g.verdict.problem(&patch.id, &g.test) {
-                    report.problems.push(p);
+                    self.report.problems.push(p);
                 }
             }
         }
+        let layout = &self.ctx.layout;
         let json = layout.work.join("mutation.json");
         let md = layout.work.join("mutation.md");
         fsutil::write_atomic(&json, evidence.to_json().as_bytes())?;
         fsutil::write_atomic(&md, evidence.to_markdown().as_bytes())?;
-        report.mutation_files = Some((json, md));
-        report.mutation = Some(evidence);
+        self.report.mutation_files = Some((json, md));
+        self.report.mutation = Some(evidence);
         // Leave the full patched tree in place.
-        tree::write_tree(
-            &repo,
-            layout,
-            &registry,
-            applied.series.tip(),
-            &applied.tree,
-        )?;
+        self.write_tree(self.applied.series.tip())
     }
-    Ok(report)
+}
+
+/// Runs verify with the run's `services` in the tests' environment.
+///
+/// # Errors
+/// Environment errors (registry, git, cargo missing, dirty work repo, a
+/// patch that does not apply).
+pub fn verify(ctx: &Context, args: &VerifyArgs, services: &Services) -> Result<VerifyReport> {
+    let registry = ctx.registry()?;
+    let applied = apply(ctx, &registry, None, Force::No)?;
+    let active: Vec<&PatchEntry> = registry.active().collect();
+    let rows = active
+        .iter()
+        .map(|entry| VerifyRow {
+            id: entry.id.to_string(),
+            prefix: "skipped".into(),
+            guards: "skipped".into(),
+            defects: if entry.fixes_defects.is_empty() {
+                "none".into()
+            } else {
+                "not run".into()
+            },
+            mutation: "not run".into(),
+        })
+        .collect();
+    let mut run = Run {
+        ctx,
+        registry: &registry,
+        services,
+        applied: &applied,
+        active,
+        repo: workarea::open_repo(&ctx.git, &ctx.layout)?,
+        report: VerifyReport {
+            rows,
+            services: services.describe(),
+            ..VerifyReport::default()
+        },
+        with_patch: BTreeMap::new(),
+    };
+    if !args.skip_prefix {
+        run.prefixes()?;
+    }
+    let whole_tree = run.whole_tree()?;
+    if args.mutation {
+        run.mutation(&whole_tree)?;
+    }
+    Ok(run.report)
 }
 
 /// For each patch P: P's guards in the series without P (and without what
