@@ -237,11 +237,11 @@ impl MutationReport {
         }
         let _ = writeln!(
             m,
-            "| patch | guards | killed by an assertion | API guards | problems |"
+            "| patch | guards | killed by an assertion | killed by another panic | API guards | problems |"
         );
         let _ = writeln!(
             m,
-            "|-------|-------:|-----------------------:|-----------:|---------:|"
+            "|-------|-------:|-----------------------:|------------------------:|-----------:|---------:|"
         );
         for p in &self.patches {
             let count = |f: fn(&Verdict) -> bool| p.guards.iter().filter(|g| f(&g.verdict)).count();
@@ -419,6 +419,10 @@ mod tests {
             md.contains("```text\nassertion failed: resumed\n```"),
             "{md}"
         );
+        // Every row of the summary table has the header's columns.
+        let summary: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).take(3).collect();
+        let columns = |l: &str| l.matches(" | ").count();
+        assert_eq!(columns(summary[0]), columns(summary[2]), "{md}");
         let back: MutationReport = serde_json::from_str(&report.to_json()).unwrap();
         assert_eq!(back, report);
     }
