@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use acp_test_agent::harness::{
-    WireFrame, count_method, prompt_texts, read_wire_log, requests_of,
+    FrameKind, WireFrame, count_method, prompt_texts, read_wire_log, requests_of,
 };
 use buzz_acp::relay::Event;
 pub use buzz_acp::testing::{
@@ -55,6 +55,21 @@ pub fn run_once(s: &Scenario, agent_args: &[&str], extra: &[&str]) {
     if let Err(e) = s.run_once_ok(&harness_bin(), &agent(s, agent_args), extra) {
         panic!("{e}");
     }
+}
+
+/// Runs the harness with `--once` and `env` (e.g. a fork flag's `BUZZ_ACP_*` variable: a harness
+/// without the patch that reads it ignores it, so a guard fails by what the harness then does,
+/// not by a command line it rejects), panicking with its stderr on failure.
+pub fn run_once_env(s: &Scenario, agent_args: &[&str], extra: &[&str], env: &[(&str, &str)]) {
+    let mut cmd = s.harness_command(&harness_bin(), &agent(s, agent_args), extra);
+    cmd.arg("--once").envs(env.iter().copied());
+    let out = cmd.output().expect("run buzz-acp");
+    assert!(
+        out.status.success(),
+        "buzz-acp exited with {}:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Starts the harness in the background.
@@ -98,6 +113,52 @@ pub fn reply_nonces(reply: &Event) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// How each prompt of the thread rooted at `root_id` reached its session, read from the wire
+/// alone: `"new"` (a `session/new` for the thread came first), `"restored"` (a `session/load` or
+/// `session/resume` for it came first, since its previous prompt) or `"continued"` (neither: the
+/// live session). The thread's prompts are the ones that name its root (`thread root: …`);
+/// requests that open a session name it in `_meta.threadRootEventId`.
+pub fn served_as(frames: &[WireFrame], root_id: &str) -> Vec<&'static str> {
+    let marker = format!("thread root: {root_id}");
+    let mut opening: Option<&'static str> = None;
+    let mut served = Vec::new();
+    for frame in frames.iter().filter(|f| f.kind == FrameKind::Request) {
+        let names_thread = frame.params["_meta"]["threadRootEventId"] == root_id;
+        match frame.method.as_deref() {
+            Some("session/new") if names_thread => opening = Some("new"),
+            Some("session/load" | "session/resume") if names_thread => {
+                opening = Some("restored");
+            }
+            Some("session/prompt") if prompt_of(frame).contains(&marker) => {
+                served.push(opening.take().unwrap_or("continued"));
+            }
+            _ => {}
+        }
+    }
+    served
+}
+
+/// The text of a `session/prompt` request.
+fn prompt_of(frame: &WireFrame) -> String {
+    frame.params["prompt"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|block| block["text"].as_str())
+        .collect()
+}
+
+/// The `session/close` requests, as (agent process, session id), in order.
+pub fn closes(frames: &[WireFrame]) -> Vec<(u32, String)> {
+    requests_of(frames, "session/close")
+        .into_iter()
+        .map(|f| {
+            let id = f.params["sessionId"].as_str().unwrap_or_default();
+            (f.pid, id.to_string())
+        })
+        .collect()
 }
 
 /// The texts of every `session/prompt`, in order.
