@@ -185,6 +185,14 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
         self.poll()
     }
 
+    /// Operations running on blocking threads now: the open, reads, the write. A test under
+    /// tokio's paused clock lets the worker settle by taking in results until this is zero.
+    pub fn in_flight(&self) -> usize {
+        let opening = matches!(self.backend, Backend::Closed { opening: true, .. });
+        let reads = self.reads.values().filter(|started| **started).count();
+        usize::from(opening) + reads + usize::from(self.writing.is_some())
+    }
+
     /// Writes waiting or in flight.
     pub fn unwritten(&self) -> usize {
         self.queue.len() + usize::from(self.writing.is_some())
