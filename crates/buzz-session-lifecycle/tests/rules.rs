@@ -1358,6 +1358,29 @@ mod residency {
     }
 
     #[test]
+    fn a_session_forgotten_while_its_turn_runs_is_not_kept() {
+        // Rule: an operator's forget means the scope's live session is not continued — also
+        // when it arrives while a turn runs on that session: the turn's answer stands, but its
+        // session is released when it ends, not kept resident again (the release of the old
+        // resident, deferred while the worker was busy, would close it under the new one).
+        let mut l = with_resident(8);
+        start(&mut l, &a(), 0, &["a2"], Some("sa"));
+        l.forgotten(&a());
+        let out = l.take_outbox();
+        assert_eq!(disposed(&out), [DisposeReason::Forgotten]);
+        assert_eq!(releases(&out), [(0, "sa".to_string())]);
+        l.turn_end(&a(), replied_with("sa"), t(0));
+        l.settled(&a(), None);
+        let out = l.take_outbox();
+        assert!(l.resident(&a()).is_none(), "kept again: {:?}", out.records);
+        assert!(l.settling().is_empty());
+        l.released(&a(), "sa");
+        let plan = start(&mut l, &a(), 0, &["a3"], None);
+        assert!(plan.fresh);
+        assert_eq!(plan.reach, cold(ColdReason::Abandoned));
+    }
+
+    #[test]
     fn eviction_takes_the_least_recently_used_and_spares_running_scopes() {
         // Rule: beyond the bound the least recently used idle resident goes; a scope whose turn
         // runs is never evicted (the table stays over the bound until it ends).
