@@ -196,6 +196,11 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         #[cfg(feature = "residency")]
         self.dispose(scope, crate::residency::DisposeReason::Forgotten);
         let state = self.state(scope);
+        if let Some(running) = state.running_mut() {
+            // A turn running now continues the forgotten session or opens one under the old
+            // receipt: its answer stands, but its session is released, never kept.
+            running.abandoned = true;
+        }
         state.receipt.belief = crate::receipt_view::Belief::Absent;
         state.receipt.freshness = Freshness::Stale;
         state.next = crate::reach::NextSession::Fresh;
