@@ -303,6 +303,35 @@ fn a_turn_that_cannot_continue_a_live_session_reads_its_receipt_first() {
 }
 
 #[test]
+fn a_held_copy_that_will_not_be_continued_does_not_spare_the_read() {
+    // Rule: the read is skipped for a scope an idle worker holds a live session of only when
+    // that session will be continued; a copy opened under another configuration is discarded at
+    // start, so the receipt decides and is read first — else an unknown belief would answer
+    // "the store is unavailable" although nothing failed.
+    let mut l = lifecycle(plain());
+    read(&mut l, &a(), None, 0);
+    cold_turn(&mut l, &a(), 0, &["a1"], "s1");
+    l.conflict(&a(), "commit", Some("other".into()));
+    let held = [Ready {
+        scope: a(),
+        held: true,
+    }];
+    assert_eq!(
+        l.place(&held, &IDLE2, t(0)),
+        [run_any(a())],
+        "continued: no read"
+    );
+    l.configure_sessions(big());
+    assert_eq!(l.place(&held, &IDLE2, t(0)), [Placed::Read(a())]);
+    read(&mut l, &a(), Some(receipt("s1")), 0);
+    l.take_outbox();
+    let plan = start(&mut l, &a(), 0, &["a2"], Some("s1"));
+    assert_eq!(plan.discard.as_deref(), Some("s1"));
+    assert_eq!(plan.reach, cold(ColdReason::ModelChanged));
+    assert!(notices(&l.take_outbox()).is_empty());
+}
+
+#[test]
 fn a_thread_root_starts_without_a_read() {
     // Rule: a message that is its own thread's root starts a thread this harness has never
     // seen: nothing can be stored for it, so its first turn needs no read (`admitted`). Not for
