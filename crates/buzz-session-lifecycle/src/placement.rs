@@ -86,7 +86,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 }
                 continue;
             }
-            if !held && self.needs_read(scope) {
+            if self.needs_read(scope) && !(*held && self.continues_held(scope)) {
                 out.push(Placed::Read(scope.clone()));
                 continue;
             }
@@ -146,6 +146,16 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             None => true,
             Some(state) => state.next == NextSession::Continue && !state.receipt.ready_for_start(),
         }
+    }
+
+    /// Whether a live session an idle worker holds for `scope` would be continued at start: one
+    /// opened under the current configuration, or one the lifecycle never saw opened (upstream
+    /// kept it). A copy under another configuration is discarded, and the receipt decides.
+    fn continues_held(&self, scope: &K) -> bool {
+        self.scopes
+            .get(scope)
+            .and_then(|s| s.known.as_ref())
+            .is_none_or(|known| known.fingerprint == self.session.fingerprint)
     }
 
     pub(crate) fn residency_enabled(&self) -> bool {
