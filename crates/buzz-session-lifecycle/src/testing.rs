@@ -231,6 +231,8 @@ struct Shared {
     contents: Mutex<Contents>,
     gate: Mutex<Gate>,
     moved: Condvar,
+    /// Notified whenever a call finished.
+    answered: Condvar,
 }
 
 /// An in-memory receipt store with the store's conditional-write rules (see the module docs).
@@ -254,6 +256,7 @@ impl MemoryReceipts {
             }),
             gate: Mutex::new(Gate::default()),
             moved: Condvar::new(),
+            answered: Condvar::new(),
         }))
     }
 
@@ -263,6 +266,7 @@ impl MemoryReceipts {
         Arc::new(move || {
             store.pass();
             let mut contents = store.contents();
+            store.0.answered.notify_all();
             if contents.down {
                 contents.calls.failed += 1;
                 return Err(store.unavailable("open"));
@@ -332,6 +336,19 @@ impl MemoryReceipts {
         self.contents().calls
     }
 
+    /// Blocks until the calls answered so far satisfy `done` (a call the driver started has
+    /// finished, whether or not the driver took its answer in).
+    pub fn wait_for_calls(&self, done: impl Fn(&Calls) -> bool) {
+        let mut contents = self.contents();
+        while !done(&contents.calls) {
+            contents = self
+                .0
+                .answered
+                .wait(contents)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
     fn release(&self) {
         lock(&self.0.gate).stalled = false;
         self.0.moved.notify_all();
@@ -372,6 +389,8 @@ impl MemoryReceipts {
     fn enter(&self, op: &'static str) -> Result<MutexGuard<'_, Contents>, StoreError> {
         self.pass();
         let mut contents = self.contents();
+        // Wakes the waiters when the call (which holds the lock until it returns) is done.
+        self.0.answered.notify_all();
         if contents.down {
             contents.calls.failed += 1;
             return Err(self.unavailable(op));
