@@ -104,6 +104,9 @@ pub struct StoreIo<K> {
     write_pause: Duration,
     /// Reads waiting for their scope's writes, or in flight.
     reads: BTreeMap<K, bool>,
+    /// Scopes whose read in flight was asked for again: its answer predates what was asked,
+    /// so it is dropped and the scope is read again.
+    reread: std::collections::BTreeSet<K>,
     done_tx: mpsc::UnboundedSender<Done<K>>,
     done_rx: mpsc::UnboundedReceiver<Done<K>>,
     health: Health,
@@ -138,6 +141,7 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
             write_due: origin,
             write_pause: Duration::ZERO,
             reads: BTreeMap::new(),
+            reread: std::collections::BTreeSet::new(),
             done_tx,
             done_rx,
             health: Health::Unknown,
@@ -148,9 +152,19 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
         io
     }
 
-    /// Queues a read of `scope`'s receipt.
+    /// Queues a read of `scope`'s receipt. A read of the scope already running was started
+    /// before this one was asked for (and before the writes decided since): it is not the
+    /// answer, the scope is read again after it.
     pub fn read(&mut self, scope: K) {
-        self.reads.entry(scope).or_insert(false);
+        match self.reads.get(&scope) {
+            Some(true) => {
+                self.reread.insert(scope);
+            }
+            Some(false) => {}
+            None => {
+                self.reads.insert(scope, false);
+            }
+        }
         self.pump();
     }
 
@@ -310,7 +324,11 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
                     Ok(_) => self.up(),
                     Err(e) => self.down(e),
                 }
-                self.events.push(IoEvent::Read(scope, result));
+                if self.reread.remove(&scope) {
+                    self.reads.insert(scope, false);
+                } else {
+                    self.events.push(IoEvent::Read(scope, result));
+                }
             }
             Done::Wrote(entry, result) => {
                 self.writing = None;
