@@ -285,9 +285,15 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
         });
     }
 
+    /// Whether a write of `scope` waits or runs: its own, or a removal of its channel.
     fn has_write(&self, scope: &K) -> bool {
         self.queue.has(scope)
-            || matches!(&self.writing, Some(Entry::Scope(s, _)) if s == scope)
+            || self.queue.has_channel(scope.channel())
+            || match &self.writing {
+                Some(Entry::Scope(s, _)) => s == scope,
+                Some(Entry::Channel(channel, _)) => channel == scope.channel(),
+                None => false,
+            }
     }
 
     /// Converts a lifecycle moment to the store's wall clock (now, minus how long ago it was).
