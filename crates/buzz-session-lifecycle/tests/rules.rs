@@ -844,6 +844,34 @@ fn a_session_opened_by_a_turn_the_owner_abandoned_never_becomes_the_receipt() {
 }
 
 #[test]
+fn an_abandoned_turn_releases_its_session_however_it_ends() {
+    // Rule: the session of a turn whose scope was abandoned while it ran (`!rotate`, `!model`)
+    // is released when the turn ends, whether it answered, was rotated, or was handed back to
+    // run again (a model switch, or a steered message it took first): the worker may still
+    // hold it, and nothing may continue it.
+    let cases = [
+        replied_with("s1"),
+        TurnOutcome::Rotated,
+        TurnOutcome::Requeued { extra: vec![] },
+        TurnOutcome::Requeued {
+            extra: vec!["a2".into()],
+        },
+    ];
+    for outcome in cases {
+        let mut l = lifecycle(plain());
+        read(&mut l, &a(), None, 0);
+        start(&mut l, &a(), 1, &["a1"], None);
+        l.opened(&a(), created("s1"), t(0));
+        l.abandon(&a(), vec![], t(0));
+        l.take_outbox();
+        let name = format!("{outcome:?}");
+        l.turn_end(&a(), outcome, t(0));
+        assert_eq!(releases(&l.take_outbox()), [(1, "s1".to_string())], "{name}");
+        assert!(place(&l, &[a()], 0).is_empty(), "{name}: waits for the release");
+    }
+}
+
+#[test]
 fn removal_from_a_channel_abandons_every_scope_of_it() {
     // Rule: the agent removed from a channel forgets every receipt of the channel (one store
     // operation) and every known scope there starts fresh; other channels are untouched.
