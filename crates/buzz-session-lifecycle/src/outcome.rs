@@ -239,7 +239,16 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                     self.release(scope, slot, session_id);
                 }
             }
-            (TurnOutcome::Requeued { .. }, None) => {}
+            (TurnOutcome::Requeued { .. }, None) => {
+                // Handed back to run again. If the scope was abandoned meanwhile (a model
+                // switch, or a steer taken before the owner's `!rotate`), the turn's session is
+                // released: the worker may still hold it, and nothing may continue it.
+                if running.abandoned
+                    && let Some(session_id) = &running.session_id
+                {
+                    self.release(scope, slot, session_id);
+                }
+            }
             (TurnOutcome::Failed, None) => {
                 #[cfg(feature = "residency")]
                 if let Some(session_id) = &running.session_id {
