@@ -866,8 +866,15 @@ fn an_abandoned_turn_releases_its_session_however_it_ends() {
         l.take_outbox();
         let name = format!("{outcome:?}");
         l.turn_end(&a(), outcome, t(0));
-        assert_eq!(releases(&l.take_outbox()), [(1, "s1".to_string())], "{name}");
-        assert!(place(&l, &[a()], 0).is_empty(), "{name}: waits for the release");
+        assert_eq!(
+            releases(&l.take_outbox()),
+            [(1, "s1".to_string())],
+            "{name}"
+        );
+        assert!(
+            place(&l, &[a()], 0).is_empty(),
+            "{name}: waits for the release"
+        );
     }
 }
 
@@ -1519,6 +1526,37 @@ mod residency {
             after.requeue_front.is_empty(),
             "queue mode: a2 waits in the queue"
         );
+    }
+
+    #[test]
+    fn a_turn_run_again_after_a_steer_continues_hot_on_its_session() {
+        // Rule: a steered message merged into a running turn (cancel and run again) continues
+        // on the turn's live session: it stays resident, so the re-run is placed on its worker
+        // and goes hot — never warm or cold on another worker, which would leave a stale copy
+        // behind on this one.
+        let mut l = with_resident(8);
+        read(&mut l, &b(), None, 0);
+        start(&mut l, &b(), 1, &["b1"], None);
+        l.opened(&b(), created("sb"), t(0));
+        l.admitted(&b(), &Msg::new("b2"));
+        let after = l.turn_end(
+            &b(),
+            TurnOutcome::Requeued {
+                extra: vec!["b2".into()],
+            },
+            t(0),
+        );
+        assert!(after.requeue_front.is_empty());
+        assert_eq!(
+            l.resident(&b()).map(|r| (r.slot, r.session_id.as_str())),
+            Some((1, "sb"))
+        );
+        assert_eq!(place(&l, &[b()], 0), [Placed::Run(b(), Target::Slot(1))]);
+        let plan = start(&mut l, &b(), 1, &["b1", "b2"], Some("sb"));
+        assert_eq!(plan.hot_session(), Some("sb"));
+        let out = l.take_outbox();
+        assert!(releases(&out).is_empty(), "{:?}", out.commands);
+        assert!(disposed(&out).is_empty());
     }
 
     #[test]
