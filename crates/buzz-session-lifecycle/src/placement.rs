@@ -138,7 +138,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     }
 
     /// Whether `scope`'s next start needs its receipt read first.
-    fn needs_read(&self, scope: &K) -> bool {
+    pub(crate) fn needs_read(&self, scope: &K) -> bool {
         if !self.config.resume {
             return false;
         }
