@@ -1560,6 +1560,20 @@ mod residency {
     }
 
     #[test]
+    fn steered_input_is_handed_back_without_residents_too() {
+        // Rule: with `--max-resident-sessions 0` (upstream's routing) and steering on, input
+        // steered into a turn that completed without it is still handed back, not lost: the
+        // harness steers it (and keeps it pending in its cursor) whatever the bound.
+        let mut l = lifecycle(resident(0));
+        read(&mut l, &a(), None, 0);
+        start(&mut l, &a(), 0, &["a1"], None);
+        l.opened(&a(), created("s1"), t(0));
+        l.admitted(&a(), &Msg::new("a2"));
+        let after = l.turn_end(&a(), replied_with("s1"), t(0));
+        assert_eq!(after.requeue_front, msgs(&["a2"]));
+    }
+
+    #[test]
     fn a_session_whose_turn_was_cancelled_is_not_continued() {
         // Rule: a cancelled turn's session is released; a cancel that lost the race to the
         // turn's completion keeps the answer but not the session.
