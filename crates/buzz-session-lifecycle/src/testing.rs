@@ -522,7 +522,7 @@ fn commit_into(row: &mut Row, commit: &TurnCommit, decided: UnixMillis) -> Writt
         delivered_event_ids: commit.delivered_event_ids.clone(),
     }));
     record.turns = commit.turns;
-    record.usage = commit.usage.clone();
+    record.usage = commit.usage;
     if commit.handoff_delivered {
         record.handoff = None;
     }

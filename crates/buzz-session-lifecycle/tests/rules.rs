@@ -359,7 +359,7 @@ fn a_thread_root_starts_without_a_read() {
         } else {
             vec![Placed::Read(scope.clone())]
         };
-        assert_eq!(place(&l, &[scope.clone()], 0), want, "{name}");
+        assert_eq!(place(&l, std::slice::from_ref(&scope), 0), want, "{name}");
     }
 }
 
