@@ -1767,9 +1767,10 @@ fn cases() -> u32 {
         .unwrap_or(CASES)
 }
 
-/// Cases per run. About 10 ms each in a debug build on two busy cores (1,024 cases: ~10 s
-/// with a load average of 9); searches of 16,000 cases found nothing more.
-const CASES: u32 = 1024;
+/// Cases per run: 10 to 40 ms each in a debug build on two shared cores, depending on the load
+/// (768 cases: about 8 s at a load average of 8, 13 to 15 s at 18). Searches of 3,000 to 4,000
+/// cases per feature set find nothing more.
+const CASES: u32 = 768;
 
 proptest! {
     #![proptest_config(ProptestConfig {
