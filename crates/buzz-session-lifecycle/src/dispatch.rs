@@ -111,12 +111,20 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                 Placed::Dispose(scope, reason) => self.lifecycle.dispose_resident(&scope, reason),
                 Placed::Run(scope, target) => match workers.claim(target, &scope) {
                     Claimed::Worker(worker) => {
+                        let live = workers.live(&worker, &scope);
+                        if live.is_none() && self.lifecycle.needs_read(&scope) {
+                            // Placed without a read because an idle worker held the scope's
+                            // live session, but the pool handed out another worker: the turn
+                            // cannot continue the session, so the receipt is read first.
+                            workers.give_back(worker);
+                            self.lifecycle.read_receipt(&scope, now);
+                            continue;
+                        }
                         let Some(batch) = inbox.take(&scope) else {
                             workers.give_back(worker);
                             continue;
                         };
                         let slot = workers.slot(&worker);
-                        let live = workers.live(&worker, &scope);
                         let caps = workers.caps(&worker);
                         let inputs = Q::inputs(&batch);
                         let mut plan = self.lifecycle.start(&scope, slot, inputs, live, caps, now);

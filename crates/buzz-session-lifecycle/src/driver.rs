@@ -215,6 +215,12 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         self.take_out();
     }
 
+    /// Store operations running on blocking threads now (see [`StoreIo::in_flight`]). For tests:
+    /// the harness never waits for the store, it `select!`s on [`Driver::store_progress`].
+    pub fn store_in_flight(&self) -> usize {
+        self.io.in_flight()
+    }
+
     /// Waits up to [`FLUSH_AT_SHUTDOWN`] for queued receipt writes (when the harness stops), and
     /// says how many were lost.
     pub async fn flush(&mut self) {

@@ -300,7 +300,21 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                     self.release(scope, slot, session_id);
                 }
             }
-            (TurnOutcome::Requeued { .. }, None) => {}
+            (TurnOutcome::Requeued { .. }, None) => {
+                // Handed back to run again. If the scope was abandoned meanwhile (a model
+                // switch, or a steer taken before the owner's `!rotate`), the turn's session is
+                // released: the worker may still hold it, and nothing may continue it. Else (a
+                // steered message merged) the re-run continues on the live session: it stays
+                // resident, so the re-run goes to its worker, hot.
+                if let Some(session_id) = &running.session_id {
+                    if running.abandoned {
+                        self.release(scope, slot, session_id);
+                    } else {
+                        #[cfg(feature = "residency")]
+                        self.after_success(scope, &running, session_id);
+                    }
+                }
+            }
             (TurnOutcome::Failed { failure }, None) => {
                 #[cfg(feature = "continuity")]
                 if let Some((failure, agent)) = &failure

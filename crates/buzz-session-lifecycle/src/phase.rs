@@ -131,7 +131,8 @@ impl<I> Default for ScopeState<I> {
 impl<I> ScopeState<I> {
     /// Nothing worth remembering: the entry can go (memory stays bounded with many threads).
     /// A belief in a stored receipt is kept: it is what a turn falls back on when the store is
-    /// unreadable.
+    /// unreadable. So is a store outage the thread was told about: it is told once per outage,
+    /// not once per attempt.
     pub(crate) fn is_bare(&self) -> bool {
         matches!(self.phase, Phase::Idle)
             && !matches!(self.receipt.belief, Belief::Present(_))
@@ -139,6 +140,7 @@ impl<I> ScopeState<I> {
             && self.known.is_none()
             && self.releasing.is_empty()
             && !self.model_addressed
+            && self.told_unreadable.is_none()
     }
 
     pub(crate) fn running(&self) -> Option<&Running<I>> {

@@ -437,6 +437,16 @@ mod tests {
         let hot = Reach::Hot {
             session_id: "live".into(),
         };
+        // A receipt opened under another model: reopened and switched in place when the series
+        // can (config-in-place), else a new session.
+        let other_model = if cfg!(feature = "config-in-place") {
+            Reach::Warm {
+                record: receipt("s1", "other"),
+                method: RestoreMethod::Load,
+            }
+        } else {
+            cold(ColdReason::ModelChanged)
+        };
         let cases = [
             // A current live session is continued, whatever the receipt says.
             (
@@ -477,7 +487,7 @@ mod tests {
                 NextSession::Continue,
                 fresh(Belief::Present(receipt("s1", "other"))),
                 load,
-                cold(ColdReason::ModelChanged),
+                other_model,
                 None,
             ),
             (

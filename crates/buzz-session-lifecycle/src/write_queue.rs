@@ -206,6 +206,13 @@ impl<K: Scope> WriteQueue<K> {
     pub fn has(&self, scope: &K) -> bool {
         self.scopes.contains_key(scope)
     }
+
+    /// Whether a removal of every receipt of `channel` is waiting.
+    pub fn has_channel(&self, channel: &str) -> bool {
+        self.order
+            .iter()
+            .any(|key| matches!(key, Key::Channel(c, _) if c == channel))
+    }
 }
 
 impl<K> WriteQueue<K> {
