@@ -64,6 +64,7 @@ pub enum NoticeCause {
 }
 
 /// A store operation, executed by the driver off the event loop, in order per scope.
+#[allow(clippy::large_enum_variant)] // a receipt (with `continuity`) is large; moved once per turn or store call, never kept in bulk
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreOp<K> {
     /// Read the scope's receipt (answered with [`crate::Driver`]'s read report).

@@ -59,6 +59,7 @@ pub trait Inbox<K, I> {
 }
 
 /// What the harness must start.
+#[allow(clippy::large_enum_variant)] // a receipt (with `continuity`) is large; moved once per turn or store call, never kept in bulk
 #[derive(Debug)]
 pub enum Step<W, B> {
     /// Spawn a worker into this slot (already marked spawning).

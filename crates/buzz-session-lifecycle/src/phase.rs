@@ -9,9 +9,10 @@ use crate::settlement::Settle;
 
 /// What a scope is doing now. Its pending input is not here: it waits in the harness's queue
 /// until the scope starts a turn.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) enum Phase<I> {
     /// Nothing runs; the scope may start when it has input.
+    #[default]
     Idle,
     /// Its resident's worker is busy: the follow-up waits for it instead of going cold on
     /// another worker (recorded once per wait).
@@ -30,12 +31,6 @@ pub(crate) enum Phase<I> {
     },
     /// A successful turn waits for its reply to be published, then for its ledger to be read.
     Settling(Settle),
-}
-
-impl<I> Default for Phase<I> {
-    fn default() -> Self {
-        Phase::Idle
-    }
 }
 
 /// A running turn.

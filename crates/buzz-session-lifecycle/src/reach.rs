@@ -18,6 +18,7 @@ use crate::scope::Scope;
 use crate::session_config::SessionConfig;
 
 /// How the turn reaches the scope's session.
+#[allow(clippy::large_enum_variant)] // a receipt (with `continuity`) is large; moved once per turn or store call, never kept in bulk
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reach {
     /// Continue on the live session the turn's worker holds: no `session/load`, no

@@ -50,6 +50,7 @@ pub type Opener = Arc<dyn Fn() -> Result<Arc<dyn Receipts>, StoreError> + Send +
 const MAX_PAUSE: Duration = Duration::from_secs(30);
 
 /// What the worker tells the driver.
+#[allow(clippy::large_enum_variant)] // a receipt (with `continuity`) is large; moved once per turn or store call, never kept in bulk
 #[derive(Debug)]
 pub enum IoEvent<K> {
     /// A read answered.

@@ -106,6 +106,7 @@ impl Write {
 }
 
 /// One entry of the queue.
+#[allow(clippy::large_enum_variant)] // a receipt (with `continuity`) is large; moved once per turn or store call, never kept in bulk
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry<K> {
     /// A scope's folded writes.
