@@ -34,7 +34,14 @@ pub fn agent_starting_in(s: &Scenario, args: &[&str], startup: Duration) -> Stri
     let name = format!("test-agent-{n}");
     let state = s.agent_state_dir.display().to_string();
     let wire = s.wire_log.display().to_string();
-    let mut argv = vec!["acp-test-agent", "--state-dir", &state, "--wire-log", &wire];
+    let mut argv = vec![
+        "acp-test-agent",
+        "--state-dir",
+        &state,
+        "--wire-log",
+        &wire,
+        "--wire-log-sent",
+    ];
     argv.extend_from_slice(args);
     let parsed = acp_test_agent::Args::try_parse_from(argv).expect("test-agent flags");
     let instances = Arc::new(AtomicU32::new(0));
