@@ -50,12 +50,23 @@ fn the_turn_limit_holds_across_restarts_and_the_rotation_hands_off() {
     let limit = ["--max-turns-per-session", "2"];
     let once = |s: &Scenario| run_once(s, &[], &limit);
     let t = code_word_thread(&mut s, once);
-    let question = s.post_reply(&t.root, &t.last, "what was the code word?").unwrap();
+    let question = s
+        .post_reply(&t.root, &t.last, "what was the code word?")
+        .unwrap();
     run_once(&s, &[], &limit);
 
     let answer = s.reply_to(&question.id).expect("the question is answered");
-    assert_eq!(turns(&answer), 1, "a new session answered: {}", answer.content);
-    assert!(knows_code(&answer), "the handoff carried the code word: {}", answer.content);
+    assert_eq!(
+        turns(&answer),
+        1,
+        "a new session answered: {}",
+        answer.content
+    );
+    assert!(
+        knows_code(&answer),
+        "the handoff carried the code word: {}",
+        answer.content
+    );
     let frames = wire(&s);
     let order = session_order(&frames);
     assert_eq!(order.len(), 2, "one rotation: {order:?}");
@@ -66,7 +77,10 @@ fn the_turn_limit_holds_across_restarts_and_the_rotation_hands_off() {
         .collect();
     assert_eq!(handoff_asks.len(), 1, "the old session is asked once");
     let first_of_new = texts.last().expect("the new session's prompt");
-    assert!(first_of_new.contains("<handoff from-session="), "{first_of_new}");
+    assert!(
+        first_of_new.contains("<handoff from-session="),
+        "{first_of_new}"
+    );
     // Only the three answers and one notice were published: never the handoff itself.
     let published: Vec<String> = s.replies().iter().map(|r| r.content.clone()).collect();
     assert!(
@@ -75,11 +89,19 @@ fn the_turn_limit_holds_across_restarts_and_the_rotation_hands_off() {
     );
     let notices = notices_about(&s, &question.id);
     assert_eq!(notices.len(), 1, "the thread is told once");
-    assert!(notices[0].content.contains("limit of 2 turns"), "{}", notices[0].content);
+    assert!(
+        notices[0].content.contains("limit of 2 turns"),
+        "{}",
+        notices[0].content
+    );
     insta::assert_json_snapshot!("turn_limit_rotation_wire", wire_shape(&s));
     let receipt = receipts(&s).into_iter().next().expect("a receipt");
     assert_eq!(receipt.record.session_id, order[1]);
-    assert_eq!(receipt.record.turns, Some(1), "the count is carried with the receipt");
+    assert_eq!(
+        receipt.record.turns,
+        Some(1),
+        "the count is carried with the receipt"
+    );
     assert!(receipt.record.handoff.is_none(), "delivered, so forgotten");
 }
 
@@ -106,7 +128,10 @@ fn a_max_tokens_stop_keeps_the_session() {
     assert_eq!(turns(&answer), 4, "the same session: {}", answer.content);
     assert!(knows_code(&answer), "{}", answer.content);
     assert_eq!(count_method(&wire(&s), "session/new"), 1);
-    assert!(notices_about(&s, &question.id).is_empty(), "nothing to tell");
+    assert!(
+        notices_about(&s, &question.id).is_empty(),
+        "nothing to tell"
+    );
 }
 
 /// The agent lost the stored session (its transcript is gone): the new session gets the whole
@@ -117,18 +142,28 @@ fn a_lost_session_is_replaced_by_one_that_has_the_whole_thread() {
     let once = |s: &Scenario| run_once(s, &[], &[]);
     let t = code_word_thread(&mut s, once);
     std::fs::remove_dir_all(s.agent_state_dir.join("sessions")).expect("forget the transcripts");
-    let question = s.post_reply(&t.root, &t.last, "what was the code word?").unwrap();
+    let question = s
+        .post_reply(&t.root, &t.last, "what was the code word?")
+        .unwrap();
     run_once(&s, &[], &[]);
 
     let answer = s.reply_to(&question.id).expect("answered");
     assert_eq!(turns(&answer), 1, "a new session: {}", answer.content);
     assert!(knows_code(&answer), "the whole thread: {}", answer.content);
     let frames = wire(&s);
-    assert_eq!(count_method(&frames, "session/load"), 2, "one load per restart");
+    assert_eq!(
+        count_method(&frames, "session/load"),
+        2,
+        "one load per restart"
+    );
     assert_eq!(count_method(&frames, "session/new"), 2);
     let notices = notices_about(&s, &question.id);
     assert_eq!(notices.len(), 1, "{notices:?}");
-    assert!(notices[0].content.contains("the whole thread"), "{}", notices[0].content);
+    assert!(
+        notices[0].content.contains("the whole thread"),
+        "{}",
+        notices[0].content
+    );
 }
 
 /// A session that refuses the prompt as too long is not sent it again: the thread goes on in a
@@ -155,8 +190,16 @@ fn an_exhausted_session_is_replaced_by_one_that_has_the_whole_thread() {
         .into_iter()
         .filter(|f| f.params["sessionId"] == order[0].as_str())
         .collect();
-    assert_eq!(refused.len(), 3, "root, code word, and the refused question once");
+    assert_eq!(
+        refused.len(),
+        3,
+        "root, code word, and the refused question once"
+    );
     let notices = notices_about(&s, &question.id);
     assert_eq!(notices.len(), 1, "{notices:?}");
-    assert!(notices[0].content.contains("ran out of context space"), "{}", notices[0].content);
+    assert!(
+        notices[0].content.contains("ran out of context space"),
+        "{}",
+        notices[0].content
+    );
 }

@@ -10,7 +10,10 @@ fn model_switches(frames: &[WireFrame]) -> Vec<(String, String)> {
         .into_iter()
         .filter(|f| f.params["configId"] == "model")
         .map(|f| {
-            let session = f.params["sessionId"].as_str().unwrap_or_default().to_string();
+            let session = f.params["sessionId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             let value = f.params["value"].as_str().unwrap_or_default().to_string();
             (session, value)
         })
@@ -31,7 +34,9 @@ fn a_model_switch_is_applied_in_place_and_no_thread_loses_its_session() {
     let switch = s
         .post_reply_as(OWNER, &one, &one_r, "!model test-large")
         .unwrap();
-    let notice = s.wait_for_reply(&switch.id, WAIT).expect("the owner is answered");
+    let notice = s
+        .wait_for_reply(&switch.id, WAIT)
+        .expect("the owner is answered");
     let two_q = s.post_reply(&two, &two_r, "and thread two?").unwrap();
     let two_a = s.wait_for_reply(&two_q.id, WAIT).expect("answered");
     let one_q = s.post_reply(&one, &one_r, "and thread one?").unwrap();
@@ -39,8 +44,18 @@ fn a_model_switch_is_applied_in_place_and_no_thread_loses_its_session() {
     running.stop().unwrap();
 
     assert_eq!(notice.content, "Model set to test-large.");
-    assert_eq!(turns(&two_a), 2, "thread two kept its session: {}", two_a.content);
-    assert_eq!(turns(&one_a), 2, "thread one kept its session: {}", one_a.content);
+    assert_eq!(
+        turns(&two_a),
+        2,
+        "thread two kept its session: {}",
+        two_a.content
+    );
+    assert_eq!(
+        turns(&one_a),
+        2,
+        "thread one kept its session: {}",
+        one_a.content
+    );
     let frames = wire(&s);
     assert_eq!(count_method(&frames, "session/new"), 2, "no new session");
     let order = session_order(&frames);
@@ -54,7 +69,10 @@ fn a_model_switch_is_applied_in_place_and_no_thread_loses_its_session() {
         "each session switched in place, in the order the threads spoke"
     );
     let models: Vec<Option<String>> = receipts(&s).into_iter().map(|r| r.record.model).collect();
-    assert_eq!(models, [Some("test-large".into()), Some("test-large".into())]);
+    assert_eq!(
+        models,
+        [Some("test-large".into()), Some("test-large".into())]
+    );
 }
 
 /// A restart with another `--model` reopens the thread's session and switches it in place, as

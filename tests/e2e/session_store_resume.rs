@@ -86,7 +86,11 @@ fn indeterminate_load_failure_keeps_the_receipt_and_retries_later() {
     running.stop().unwrap();
     assert!(notice.content.contains("keep trying"), "{}", notice.content);
     assert_eq!(reply_turns(&notice), None, "a notice, not an answer");
-    assert_eq!(s.answers_to(&q.id), 0, "the notice does not count as q's answer");
+    assert_eq!(
+        s.answers_to(&q.id),
+        0,
+        "the notice does not count as q's answer"
+    );
     let frames = wire(&s);
     assert_eq!(
         count_method(&frames, "session/new"),

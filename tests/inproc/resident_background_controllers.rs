@@ -46,17 +46,27 @@ async fn a_thread_arriving_while_a_worker_starts_starts_its_own_worker_at_once()
     let (_dir, mut s) = scenario();
     let startup = Duration::from_secs(5);
     let command = agent_starting_in(&s, &[], startup);
-    let extra = ["--agents", "2", "--lazy-pool", "--exit-after-inactivity", "60"];
+    let extra = [
+        "--agents",
+        "2",
+        "--lazy-pool",
+        "--exit-after-inactivity",
+        "60",
+    ];
     let harness = tokio::spawn(Harness::open(config(&s, &command, &extra)).unwrap().run());
     let posted = tokio::time::Instant::now();
     let a = s.post_top("thread A").unwrap();
-    wait_for(WITHIN, || (s.observer_records("agent_spawn").len() == 1).then_some(()))
-        .await
-        .expect("A's worker starts");
+    wait_for(WITHIN, || {
+        (s.observer_records("agent_spawn").len() == 1).then_some(())
+    })
+    .await
+    .expect("A's worker starts");
     let b = s.post_top("thread B").unwrap();
-    wait_for(WITHIN, || (s.observer_records("agent_spawn").len() == 2).then_some(()))
-        .await
-        .expect("B's worker starts");
+    wait_for(WITHIN, || {
+        (s.observer_records("agent_spawn").len() == 2).then_some(())
+    })
+    .await
+    .expect("B's worker starts");
     assert!(
         posted.elapsed() < startup,
         "B's worker started while A's was still starting: {:?}",

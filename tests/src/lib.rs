@@ -341,7 +341,12 @@ pub fn stored_sessions_once(s: &Scenario, n: usize) -> HashMap<String, String> {
         let stored = stored_sessions(s);
         (stored.len() == n).then_some(stored)
     })
-    .unwrap_or_else(|| panic!("the store never held {n} receipt(s): {:?}", stored_sessions(s)))
+    .unwrap_or_else(|| {
+        panic!(
+            "the store never held {n} receipt(s): {:?}",
+            stored_sessions(s)
+        )
+    })
 }
 
 /// Session ids recorded in the store, by storage key.
