@@ -472,12 +472,21 @@ mod tests {
                 cold(ColdReason::CannotRestore),
                 None,
             ),
+            // A receipt opened under another model: replaced, or (with in-place changes)
+            // reopened and switched.
             (
                 None,
                 NextSession::Continue,
                 fresh(Belief::Present(receipt("s1", "other"))),
                 load,
-                cold(ColdReason::ModelChanged),
+                if cfg!(feature = "config-in-place") {
+                    Reach::Warm {
+                        record: receipt("s1", "other"),
+                        method: RestoreMethod::Load,
+                    }
+                } else {
+                    cold(ColdReason::ModelChanged)
+                },
                 None,
             ),
             (
