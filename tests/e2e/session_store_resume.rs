@@ -306,19 +306,6 @@ fn a_lost_session_is_answered_from_a_new_session_with_a_notice() {
     }
 }
 
-/// The PostgreSQL server the test command started (`scripts/pg`), or a skip the caller asked for
-/// explicitly; without either the test fails rather than pass untested.
-fn postgres_url() -> Option<String> {
-    if let Ok(url) = std::env::var("BUZZ_TEST_POSTGRES_URL") {
-        return Some(url);
-    }
-    assert!(
-        std::env::var_os("BUZZ_TEST_SKIP_POSTGRES").is_some(),
-        "set BUZZ_TEST_POSTGRES_URL (scripts/pg start prints one) or BUZZ_TEST_SKIP_POSTGRES=1"
-    );
-    None
-}
-
 /// Receipts in a shared PostgreSQL database follow a thread across machines: harness A answers a
 /// thread and stops; harness B, with its own state directory (another machine, or a pod
 /// rescheduled elsewhere) and the same database, reopens that thread's session.

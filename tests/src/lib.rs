@@ -12,6 +12,8 @@ pub mod inproc;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 pub use acp_test_agent::harness::{
@@ -133,6 +135,70 @@ pub fn run_once_env(s: &Scenario, agent_args: &[&str], extra: &[&str], env: &[(&
 pub fn start(s: &Scenario, agent_args: &[&str], extra: &[&str]) -> Running {
     s.start(&harness_bin(), &agent(s, agent_args), extra)
         .expect("start buzz-acp")
+}
+
+/// A harness started in the background by [`start_env`]: stopped with SIGTERM by
+/// [`Background::stop`] (it settles its turns and flushes its receipt writes), killed when dropped.
+#[derive(Debug)]
+pub struct Background {
+    child: Child,
+}
+
+impl Background {
+    /// Asks the harness to stop (SIGTERM) and waits for it.
+    pub fn stop(mut self) -> std::io::Result<ExitStatus> {
+        let term = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        if !term.is_ok_and(|s| s.success()) {
+            self.child.kill()?;
+        }
+        self.child.wait()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the harness in the background with `env` (e.g. a fork flag's `BUZZ_ACP_*` variable: a
+/// harness without the patch that reads it ignores it, so a guard fails by what the harness then
+/// does). Its log goes to `harness-env-N.log` in the scenario's root (N counts the starts).
+pub fn start_env(
+    s: &Scenario,
+    agent_args: &[&str],
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Background {
+    static STARTS: AtomicUsize = AtomicUsize::new(0);
+    let n = STARTS.fetch_add(1, Ordering::Relaxed);
+    let log =
+        std::fs::File::create(s.root.join(format!("harness-env-{n}.log"))).expect("harness log");
+    let mut cmd = s.harness_command(&harness_bin(), &agent(s, agent_args), extra);
+    cmd.envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(log);
+    Background {
+        child: cmd.spawn().expect("start buzz-acp"),
+    }
+}
+
+/// The PostgreSQL server the test command started (`scripts/pg`; `scripts/fork verify` provides
+/// one), or a skip the caller asked for explicitly; without either the test fails rather than
+/// pass untested.
+pub fn postgres_url() -> Option<String> {
+    if let Ok(url) = std::env::var("BUZZ_TEST_POSTGRES_URL") {
+        return Some(url);
+    }
+    assert!(
+        std::env::var_os("BUZZ_TEST_SKIP_POSTGRES").is_some(),
+        "set BUZZ_TEST_POSTGRES_URL (scripts/pg start prints one) or BUZZ_TEST_SKIP_POSTGRES=1"
+    );
+    None
 }
 
 /// Waits until the running harness has admitted `event_id` (its log's `admitted` line names

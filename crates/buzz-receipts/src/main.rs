@@ -15,7 +15,8 @@
 //!
 //! `list`, `show`, `export` and `forget --dry-run` open the store read-only: no schema migration,
 //! no JSON import, nothing registered. `forget` leaves tombstones, so a running harness's queued
-//! writes never bring a forgotten receipt back (docs/STORE.md, "Forget").
+//! writes never bring a forgotten receipt back, and that harness answers the thread's next
+//! message from a new session (docs/STORE.md, "What `forget` means for a running harness").
 
 use std::io::{self, BufRead, Write};
 use std::path::PathBuf;

@@ -267,3 +267,81 @@ fn moving_receipts_from_sqlite_to_postgres_and_back() {
     );
     assert_eq!(ok(target.run(&["export"], None)), exported);
 }
+
+/// `forget` with a scope it cannot parse says so in one line and forgets nothing: not the channel
+/// the text starts with, not anything else.
+#[test]
+fn forget_of_an_unparsable_scope_is_one_line_and_forgets_nothing() {
+    let place = Place::Sqlite(tempfile::tempdir().unwrap());
+    seed(&place);
+    let before = ok(place.run(&["export"], None));
+    for scope in [
+        "general",
+        &format!("{CHANNEL}/not-a-root"),
+        &format!("{CHANNEL}/{}", "0".repeat(63)),
+        "",
+    ] {
+        let err = failure(place.run(&["forget", scope], None));
+        assert!(err.contains("not a scope"), "{scope:?}: {err}");
+    }
+    assert_eq!(
+        ok(place.run(&["export"], None)),
+        before,
+        "nothing forgotten"
+    );
+}
+
+/// Against PostgreSQL every error is one line and creates nothing: an unparsable URL (without
+/// its password), a server that cannot be reached, a database that holds no receipt store (for
+/// every read-only command, which leaves it without one), and an unparsable scope.
+#[test]
+fn postgres_errors_are_one_line_and_create_nothing() {
+    if std::env::var("BUZZ_TEST_SKIP_POSTGRES").is_ok_and(|v| v == "1") {
+        return;
+    }
+    let unreachable = tempfile::tempdir().unwrap();
+    let gone = unreachable.path().join("no-server-here");
+    let wrong = [
+        (
+            "postgres://operator:s3cret@db.example:notaport/receipts".to_string(),
+            "unparsable PostgreSQL URL",
+        ),
+        (
+            "postgresql://postgres@/postgres?sslmode=bogus".to_string(),
+            "sslmode",
+        ),
+        (
+            format!("postgresql://postgres@/postgres?host={}", gone.display()),
+            "open on PostgreSQL",
+        ),
+    ];
+    for (url, says) in wrong {
+        let err = failure(Place::Postgres(url.clone()).run(&["list"], None));
+        assert!(err.contains(says), "{url}: {err}");
+        assert!(
+            !err.contains("s3cret"),
+            "the password is never printed: {err}"
+        );
+    }
+
+    let server = pg_fixture::PgServer::start(pg_fixture::Options::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let empty = Place::Postgres(server.url());
+    let key = thread(1).to_storage_key();
+    for args in [
+        vec!["list"],
+        vec!["show", key.as_str()],
+        vec!["export"],
+        vec!["forget", key.as_str(), "--dry-run"],
+    ] {
+        let err = failure(empty.run(&args, None));
+        assert!(err.contains("no receipt store"), "{args:?}: {err}");
+    }
+    let err = failure(empty.run(&["forget", "general"], None));
+    assert!(err.contains("not a scope"), "{err}");
+    let err = failure(empty.run(&["list"], None));
+    assert!(
+        err.contains("no receipt store"),
+        "still none after every refused command: {err}"
+    );
+}

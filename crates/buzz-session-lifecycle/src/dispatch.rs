@@ -7,7 +7,7 @@
 
 use crate::driver::Driver;
 use crate::gate::AgentCaps;
-use crate::placement::{Placed, Ready, SlotView, Target};
+use crate::placement::{Placed, Ready, SlotView, StoreHealth, Target};
 use crate::reach::Plan;
 use crate::scope::{Input, Scope};
 
@@ -97,13 +97,20 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                 scope,
             })
             .collect();
-        let placed = self.lifecycle.place(&ready, &workers.view(), now);
+        let store = if self.store_down() {
+            StoreHealth::Down
+        } else {
+            StoreHealth::Answering
+        };
+        let placed = self.lifecycle.place(&ready, &workers.view(), store, now);
         let mut steps = Vec::new();
         let mut spawning = workers.spawning();
         let mut waiting = 0;
         for placed in placed {
             match placed {
-                Placed::Read(scope) => self.lifecycle.read_receipt(&scope, now),
+                Placed::Read(scope) | Placed::Check(scope) => {
+                    self.lifecycle.read_receipt(&scope, now)
+                }
                 #[cfg(feature = "residency")]
                 Placed::WaitForResident(scope, slot) => {
                     self.lifecycle.waiting_for_resident(&scope, slot)

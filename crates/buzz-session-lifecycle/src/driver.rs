@@ -122,6 +122,11 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         self.lifecycle.configure_sessions(session);
     }
 
+    /// Whether the receipt store is known to be down (its last operation failed).
+    pub(crate) fn store_down(&self) -> bool {
+        self.io.is_down()
+    }
+
     /// Where turn tasks report.
     pub(crate) fn mailbox(&self) -> &Mailbox<K> {
         &self.mailbox

@@ -85,7 +85,7 @@ pub use gate::{AgentCaps, Negotiated, RestoreMethod, restore_method};
 pub use lifecycle::{Lifecycle, LifecycleConfig, close_allowed};
 pub use mailbox::{Mailbox, Report, Reporter};
 pub use outcome::{AfterTurn, Delivered, Opened, TurnOutcome};
-pub use placement::{Placed, Ready, SlotView, Target};
+pub use placement::{Placed, Ready, SlotView, StoreHealth, Target};
 pub use reach::{ColdReason, Plan, Reach, ReachKind, restore_params, scope_meta};
 pub use retry::RetryPolicy;
 pub use scope::{Input, Scope};

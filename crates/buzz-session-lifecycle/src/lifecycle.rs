@@ -10,8 +10,9 @@
 //! The life of one turn:
 //!
 //! ```text
-//! placed (placement.rs): the scope's receipt is read first if the turn cannot continue a live
-//!   session; then it runs on the resident's worker, a free worker, a spawn — or waits
+//! placed (placement.rs): the scope's receipt is read first (for a live session: checked, so an
+//!   operator's forget is seen); then it runs on the resident's worker, a free worker, a spawn —
+//!   or waits
 //!   ──► start (here): how the session is reached is decided once (reach.rs) ──► the task
 //!   reports what it opened (outcome.rs: `opened`) ──► turn_end (outcome.rs) ──► settled or
 //!   released (settlement.rs, release.rs)

@@ -6,9 +6,13 @@
 //!
 //! Scopes are served in the order the harness's queue lists them (oldest input first). A scope
 //! waits while a turn of it runs, while it settles, while a restore retry is not yet due, while
-//! one of its sessions is being released, and while its receipt is being read. A scope whose
-//! turn cannot continue a live session has its receipt read first, so the store is never read on
-//! the event loop and a turn never holds a worker while it waits for the store.
+//! one of its sessions is being released, and while its receipt is being read. A scope's receipt
+//! is read before its turn starts, so the store is never read on the event loop and a turn never
+//! holds a worker while it waits for the store. That includes a turn that would continue a live
+//! session (resident, or held by an idle worker): the read is how an operator's `forget`
+//! (`buzz-receipts forget`, docs/STORE.md) reaches a session this harness keeps live — a receipt
+//! that is gone is not continued (see [`Lifecycle::forgotten`]). While the store is known to be
+//! down, such a check is skipped and the live session goes on.
 
 use crate::clock::Moment;
 use crate::lifecycle::Lifecycle;
@@ -32,6 +36,16 @@ pub enum SlotView {
     Backoff,
 }
 
+/// What the driver knows of the receipt store's health when it places scopes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreHealth {
+    /// It answers (or nothing says otherwise yet).
+    Answering,
+    /// Its last operation failed and none has succeeded since: a live session is continued
+    /// without checking its receipt, rather than wait for a read that will not answer.
+    Down,
+}
+
 /// Where a scope's turn should run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
@@ -49,7 +63,8 @@ pub enum Target {
 pub struct Ready<K> {
     /// The scope.
     pub scope: K,
-    /// Some idle worker holds a live session of the scope (upstream's routing will pick it).
+    /// Some idle worker holds a live session of the scope (upstream's routing will pick it): its
+    /// receipt read is a [`Placed::Check`].
     pub held: bool,
 }
 
@@ -60,6 +75,10 @@ pub enum Placed<K> {
     Run(K, Target),
     /// Read its receipt first; it is placed again once the read answered or timed out.
     Read(K),
+    /// It would continue a live session: check first that its receipt still exists (an operator
+    /// may have forgotten it). A read like [`Placed::Read`]; never asked for while the store is
+    /// down (the live session then goes on without it).
+    Check(K),
     /// Its resident's worker is busy: wait for it.
     #[cfg(feature = "residency")]
     WaitForResident(K, usize),
@@ -69,9 +88,15 @@ pub enum Placed<K> {
 }
 
 impl<K: Scope, I: Input> Lifecycle<K, I> {
-    /// Decides what happens now to each scope in `ready` (queue order), given the pool's slots.
-    /// Pure: the caller acts on the answers.
-    pub fn place(&self, ready: &[Ready<K>], view: &[SlotView], now: Moment) -> Vec<Placed<K>> {
+    /// Decides what happens now to each scope in `ready` (queue order), given the pool's slots
+    /// and the store's health. Pure: the caller acts on the answers.
+    pub fn place(
+        &self,
+        ready: &[Ready<K>],
+        view: &[SlotView],
+        store: StoreHealth,
+        now: Moment,
+    ) -> Vec<Placed<K>> {
         let mut taken = vec![false; view.len()];
         let mut spawning = view.iter().filter(|v| **v == SlotView::Spawning).count();
         let mut out = Vec::new();
@@ -80,7 +105,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 continue;
             }
             #[cfg(feature = "residency")]
-            if let Some(placed) = self.place_resident(scope, view, &mut taken) {
+            if let Some(placed) = self.place_resident(scope, view, store, &mut taken) {
                 if let Some(placed) = placed {
                     out.push(placed);
                 }
@@ -88,6 +113,10 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             }
             if self.needs_read(scope) && !(*held && self.continues_held(scope)) {
                 out.push(Placed::Read(scope.clone()));
+                continue;
+            }
+            if *held && self.needs_check(scope, store) {
+                out.push(Placed::Check(scope.clone()));
                 continue;
             }
             if !self.residency_enabled() {
@@ -137,7 +166,9 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         }
     }
 
-    /// Whether `scope`'s next start needs its receipt read first.
+    /// Whether `scope`'s next start needs its receipt read first: with resume on, before every
+    /// start that would continue or reopen the scope's session (not before a new session the
+    /// lifecycle already decided on).
     pub(crate) fn needs_read(&self, scope: &K) -> bool {
         if !self.config.resume {
             return false;
@@ -156,6 +187,11 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             .get(scope)
             .and_then(|s| s.known.as_ref())
             .is_none_or(|known| known.fingerprint == self.session.fingerprint)
+    }
+
+    /// Whether `scope`'s live session must have its receipt checked before it is continued.
+    pub(crate) fn needs_check(&self, scope: &K, store: StoreHealth) -> bool {
+        store == StoreHealth::Answering && self.needs_read(scope)
     }
 
     pub(crate) fn residency_enabled(&self) -> bool {
@@ -200,21 +236,21 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         }
     }
 
-    /// An operator forgot `scope`'s receipt (the store refused a write decided before that): the
-    /// scope starts over — its live session is not continued, and its next session is new.
+    /// `scope`'s receipt is gone: an operator forgot it (the store refused a write decided before
+    /// that, or a read found no receipt for a session this harness opened). The scope starts
+    /// over: its resident is disposed (and released), a turn running now keeps its answer but its
+    /// session is released after it and never committed, and the next session is new (asking
+    /// for a fresh conversation, as after `!rotate`). Nothing is written: the forget already
+    /// removed the receipt, and the next session's receipt is written as new.
     pub fn forgotten(&mut self, scope: &K) {
         #[cfg(feature = "residency")]
         self.dispose(scope, crate::residency::DisposeReason::Forgotten);
+        // A turn running now continues the forgotten session or opens one under the old receipt:
+        // its answer stands, but its session is released, never kept.
+        self.mark_abandoned(scope);
         let state = self.state(scope);
-        if let Some(running) = state.running_mut() {
-            // A turn running now continues the forgotten session or opens one under the old
-            // receipt: its answer stands, but its session is released, never kept.
-            running.abandoned = true;
-        }
         state.receipt.belief = crate::receipt_view::Belief::Absent;
         state.receipt.freshness = Freshness::Stale;
-        state.next = crate::reach::NextSession::Fresh;
-        state.known = None;
         self.record(crate::telemetry::Record::ReceiptForgotten {
             scope: scope.label(),
         });
@@ -241,6 +277,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         scope: &K,
         result: Result<Option<buzz_session_store::SessionRecord>, std::time::Duration>,
     ) {
+        let resume = self.config.resume;
         let state = self.state(scope);
         if !matches!(state.receipt.freshness, Freshness::Reading { .. }) {
             // A late answer to a read that already timed out: what it says is the newest word
@@ -252,9 +289,15 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         }
         match result {
             Ok(record) => {
+                // No receipt for a session this harness opened (and did not give up itself):
+                // someone removed it — an operator's forget, or another harness.
+                let gone = record.is_none() && resume && state.known.is_some();
                 state.receipt.belief = crate::receipt_view::Belief::from(record);
                 state.receipt.freshness = Freshness::Fresh;
                 state.told_unreadable = None;
+                if gone {
+                    self.forgotten(scope);
+                }
             }
             Err(waited) => {
                 state.receipt.freshness = Freshness::Unreadable;
@@ -275,5 +318,239 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 _ => None,
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use buzz_session_store::SessionRecord;
+
+    use super::*;
+    use crate::decision::{Command, StoreOp};
+    use crate::lifecycle::LifecycleConfig;
+    use crate::outcome::{Opened, TurnOutcome};
+    use crate::reach::{ColdReason, Plan, Reach};
+    use crate::receipt_view::Expect;
+    use crate::telemetry::Record;
+    use crate::testing::{Msg, TestScope};
+
+    type Life = Lifecycle<TestScope, Msg>;
+
+    fn thread() -> TestScope {
+        TestScope::thread("c1", "root")
+    }
+
+    fn place(life: &Life, held: bool, store: StoreHealth) -> Vec<Placed<TestScope>> {
+        let ready = [Ready {
+            scope: thread(),
+            held,
+        }];
+        life.place(&ready, &[SlotView::Idle], store, Moment(0))
+    }
+
+    /// Starts a turn of the thread on worker 0, which holds `live` for it; a turn that does not
+    /// continue a session opens `opens`.
+    fn start(life: &mut Life, live: Option<&str>, opens: &str) -> (Plan, String) {
+        let inputs = vec![Msg::new("m")];
+        let live = live.map(str::to_string);
+        let plan = life.start(&thread(), 0, inputs, live, None, Moment(1));
+        let session = match plan.hot_session() {
+            Some(session) => session.to_string(),
+            None => {
+                let created = Opened::Created {
+                    session_id: opens.into(),
+                    model: None,
+                    permission_mode: None,
+                };
+                life.opened(&thread(), created, Moment(2));
+                opens.to_string()
+            }
+        };
+        (plan, session)
+    }
+
+    fn answered(life: &mut Life, session: &str) {
+        let replied = TurnOutcome::Replied {
+            session_id: session.into(),
+            rotated: false,
+        };
+        life.turn_end(&thread(), replied, Moment(3));
+    }
+
+    /// The thread's first turn opened `s1` and answered; its session stays live on worker 0.
+    fn answered_once() -> Life {
+        let mut life = Lifecycle::new(LifecycleConfig::default());
+        life.admitted(&thread(), &Msg::new("root"));
+        let (_, session) = start(&mut life, None, "s1");
+        answered(&mut life, &session);
+        life.settled(&thread(), None, Moment(4));
+        life.take_outbox();
+        life
+    }
+
+    /// The live session the worker still holds when the next turn starts: a resident's release
+    /// drops it from the worker first.
+    fn still_held(session: &str) -> Option<&str> {
+        if cfg!(feature = "residency") {
+            None
+        } else {
+            Some(session)
+        }
+    }
+
+    fn forgotten_recorded(records: &[Record]) -> bool {
+        records
+            .iter()
+            .any(|r| matches!(r, Record::ReceiptForgotten { .. }))
+    }
+
+    #[test]
+    fn a_live_session_whose_receipt_is_gone_is_not_continued() {
+        let mut life = answered_once();
+        assert_eq!(
+            place(&life, true, StoreHealth::Answering),
+            [Placed::Check(thread())],
+            "a live session is checked before it is continued"
+        );
+        life.read_receipt(&thread(), Moment(5));
+        life.read_done(&thread(), Ok(None));
+        let out = life.take_outbox();
+        assert!(forgotten_recorded(&out.records), "{:?}", out.records);
+        if cfg!(feature = "residency") {
+            let release = Command::Release {
+                scope: thread(),
+                slot: 0,
+                session_id: "s1".into(),
+            };
+            assert_eq!(out.commands, [release], "the resident is released once");
+            life.released(&thread(), "s1");
+        }
+        assert!(
+            out.store
+                .iter()
+                .all(|op| !matches!(op, StoreOp::Put { .. }))
+        );
+        assert!(
+            matches!(
+                place(&life, true, StoreHealth::Answering).as_slice(),
+                [Placed::Run(..)]
+            ),
+            "the next session is new: nothing left to read"
+        );
+        let (plan, _) = start(&mut life, still_held("s1"), "s2");
+        assert_eq!(
+            plan.reach,
+            Reach::Cold {
+                reason: ColdReason::Abandoned
+            }
+        );
+        assert!(plan.fresh, "a gateway is asked for a fresh conversation");
+        assert_eq!(plan.discard.as_deref(), still_held("s1"));
+        let out = life.take_outbox();
+        let put = out.store.iter().find_map(|op| match op {
+            StoreOp::Put { record, expect, .. } => Some((record.session_id.clone(), expect)),
+            _ => None,
+        });
+        assert_eq!(
+            put,
+            Some(("s2".to_string(), &Expect::Absent)),
+            "the new session's receipt is written as new"
+        );
+    }
+
+    #[test]
+    fn a_live_session_whose_receipt_is_there_is_continued_hot() {
+        let mut life = answered_once();
+        life.read_receipt(&thread(), Moment(5));
+        life.read_done(&thread(), Ok(Some(SessionRecord::new("s1"))));
+        assert!(matches!(
+            place(&life, true, StoreHealth::Answering).as_slice(),
+            [Placed::Run(..)]
+        ));
+        let (plan, _) = start(&mut life, Some("s1"), "unused");
+        assert_eq!(plan.hot_session(), Some("s1"));
+        assert!(!forgotten_recorded(&life.take_outbox().records));
+    }
+
+    #[test]
+    fn a_late_empty_answer_to_a_timed_out_check_drops_nothing() {
+        let mut life = answered_once();
+        life.read_receipt(&thread(), Moment(5));
+        life.read_done(&thread(), Err(std::time::Duration::from_secs(10)));
+        let (plan, _) = start(&mut life, Some("s1"), "unused");
+        assert_eq!(
+            plan.hot_session(),
+            Some("s1"),
+            "unreadable: the live session goes on"
+        );
+        // The read's answer arrives after the start it was for: it cannot say anything about
+        // writes the turn decided since.
+        life.read_done(&thread(), Ok(None));
+        assert!(!forgotten_recorded(&life.take_outbox().records));
+    }
+
+    #[test]
+    fn while_the_store_is_down_a_live_session_is_continued_unchecked() {
+        let mut life = answered_once();
+        assert!(matches!(
+            place(&life, true, StoreHealth::Down).as_slice(),
+            [Placed::Run(..)]
+        ));
+        let (plan, _) = start(&mut life, Some("s1"), "unused");
+        assert_eq!(plan.hot_session(), Some("s1"));
+    }
+
+    #[test]
+    fn without_resume_nothing_is_checked() {
+        let config = LifecycleConfig {
+            resume: false,
+            ..LifecycleConfig::default()
+        };
+        let mut life = Lifecycle::new(config);
+        let (_, session) = start(&mut life, None, "s1");
+        answered(&mut life, &session);
+        life.settled(&thread(), None, Moment(4));
+        assert!(matches!(
+            place(&life, true, StoreHealth::Answering).as_slice(),
+            [Placed::Run(..)]
+        ));
+    }
+
+    #[test]
+    fn a_forget_seen_during_a_turn_keeps_its_answer_and_releases_its_session_after_it() {
+        let mut life = answered_once();
+        life.read_receipt(&thread(), Moment(5));
+        life.read_done(&thread(), Ok(Some(SessionRecord::new("s1"))));
+        let (plan, session) = start(&mut life, Some("s1"), "unused");
+        assert_eq!(plan.hot_session(), Some("s1"));
+        // A write the turn queued was refused: an operator forgot the receipt meanwhile.
+        life.forgotten(&thread());
+        let out = life.take_outbox();
+        assert!(forgotten_recorded(&out.records));
+        if cfg!(feature = "residency") {
+            // The running resident's worker is busy: its release waits for the turn's end.
+            assert_eq!(out.commands.len(), 1, "{:?}", out.commands);
+            life.released(&thread(), "s1");
+        }
+        answered(&mut life, &session);
+        assert!(life.settling().is_empty(), "nothing of it is committed");
+        let out = life.take_outbox();
+        if !cfg!(feature = "residency") {
+            let release = Command::Release {
+                scope: thread(),
+                slot: 0,
+                session_id: "s1".into(),
+            };
+            assert_eq!(out.commands, [release], "released after its answer");
+            life.released(&thread(), "s1");
+        }
+        assert!(out.store.is_empty(), "{:?}", out.store);
+        let (plan, _) = start(&mut life, None, "s2");
+        assert_eq!(
+            plan.reach,
+            Reach::Cold {
+                reason: ColdReason::Abandoned
+            }
+        );
     }
 }

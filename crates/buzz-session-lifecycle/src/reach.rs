@@ -483,6 +483,8 @@ mod tests {
                 cold(ColdReason::CannotRestore),
                 None,
             ),
+            // A receipt opened under another model: replaced, or (with in-place changes)
+            // reopened and switched.
             (
                 None,
                 NextSession::Continue,

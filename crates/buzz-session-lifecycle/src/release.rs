@@ -56,7 +56,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
 
     /// The bookkeeping of an abandonment: a running turn's session is not kept, the next
     /// `session/new` asks for a fresh session, and no restore is pending or given up on.
-    fn mark_abandoned(&mut self, scope: &K) {
+    pub(crate) fn mark_abandoned(&mut self, scope: &K) {
         let state = self.state(scope);
         if let Some(running) = state.running_mut() {
             running.abandoned = true;

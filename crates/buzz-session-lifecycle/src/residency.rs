@@ -192,11 +192,14 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     // ----- placement -----------------------------------------------------------------------
 
     /// Placement of a scope that has a resident: `None` when it has none (general placement
-    /// applies); `Some(None)` when it must simply wait this round.
+    /// applies); `Some(None)` when it must simply wait this round. Once the resident's worker is
+    /// idle, the scope's receipt is checked before the resident is continued (an operator may
+    /// have forgotten it); the worker is not taken while the check runs.
     pub(crate) fn place_resident(
         &self,
         scope: &K,
         view: &[SlotView],
+        store: crate::placement::StoreHealth,
         taken: &mut [bool],
     ) -> Option<Option<Placed<K>>> {
         let resident = self.residents.get(scope)?;
@@ -208,6 +211,9 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         }
         let slot = resident.slot;
         let placed = match view.get(slot) {
+            Some(SlotView::Idle) if !taken[slot] && self.needs_check(scope, store) => {
+                Placed::Check(scope.clone())
+            }
             Some(SlotView::Idle) if !taken[slot] => {
                 taken[slot] = true;
                 Placed::Run(scope.clone(), Target::Slot(slot))

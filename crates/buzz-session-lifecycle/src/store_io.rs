@@ -214,6 +214,12 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
         usize::from(opening) + reads + usize::from(self.writing.is_some())
     }
 
+    /// Whether the store is known to be down: its last operation (or open) failed, and none has
+    /// succeeded since.
+    pub fn is_down(&self) -> bool {
+        self.health == Health::Down
+    }
+
     /// Writes waiting or in flight.
     pub fn unwritten(&self) -> usize {
         self.queue.len() + usize::from(self.writing.is_some())

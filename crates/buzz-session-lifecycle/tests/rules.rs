@@ -11,8 +11,8 @@ use buzz_session_lifecycle::receipt_view::{Belief, Expect};
 use buzz_session_lifecycle::testing::{Msg, TestScope};
 use buzz_session_lifecycle::{
     AgentCaps, ColdReason, Lifecycle, LifecycleConfig, Moment, Opened, Placed, Plan, Reach,
-    ReachKind, Ready, Record, RestoreMethod, RetryPolicy, SessionConfig, SlotView, Target,
-    TurnOutcome,
+    ReachKind, Ready, Record, RestoreMethod, RetryPolicy, SessionConfig, SlotView, StoreHealth,
+    Target, TurnOutcome,
 };
 use buzz_session_store::SessionRecord;
 
@@ -95,7 +95,7 @@ fn ready(scopes: &[TestScope]) -> Vec<Ready<TestScope>> {
 const IDLE2: [SlotView; 2] = [SlotView::Idle, SlotView::Idle];
 
 fn place(l: &L, scopes: &[TestScope], now: u64) -> Vec<Placed<TestScope>> {
-    l.place(&ready(scopes), &IDLE2, t(now))
+    l.place(&ready(scopes), &IDLE2, StoreHealth::Answering, t(now))
 }
 
 fn run_any(scope: TestScope) -> Placed<TestScope> {
@@ -281,8 +281,9 @@ fn placement_serves_ready_scopes_in_queue_order_and_waits_for_what_blocks_a_scop
 fn a_turn_that_cannot_continue_a_live_session_reads_its_receipt_first() {
     // Rule: before a turn that cannot continue a live session, the scope's receipt is read
     // (never on the event loop, never while holding a worker); a read answers for one start
-    // only. A scope whose live session an idle worker holds is routed without a read, and
-    // without resume nothing is read.
+    // only. A scope whose live session an idle worker holds has its receipt checked before the
+    // session is continued (an operator may have forgotten it), unless the store is down; without
+    // resume nothing is read.
     let mut l = lifecycle(plain());
     assert_eq!(place(&l, &[a()], 0), [Placed::Read(a())]);
     l.read_receipt(&a(), t(0));
@@ -299,7 +300,15 @@ fn a_turn_that_cannot_continue_a_live_session_reads_its_receipt_first() {
         scope: b(),
         held: true,
     }];
-    assert_eq!(l.place(&held, &IDLE2, t(0)), [run_any(b())]);
+    assert_eq!(
+        l.place(&held, &IDLE2, StoreHealth::Answering, t(0)),
+        [Placed::Check(b())]
+    );
+    assert_eq!(
+        l.place(&held, &IDLE2, StoreHealth::Down, t(0)),
+        [run_any(b())],
+        "the store is down: continued without a check"
+    );
 
     let l = lifecycle(LifecycleConfig {
         resume: false,
@@ -310,10 +319,11 @@ fn a_turn_that_cannot_continue_a_live_session_reads_its_receipt_first() {
 
 #[test]
 fn a_held_copy_that_will_not_be_continued_does_not_spare_the_read() {
-    // Rule: the read is skipped for a scope an idle worker holds a live session of only when
-    // that session will be continued; a copy opened under another configuration is discarded at
-    // start, so the receipt decides and is read first — else an unknown belief would answer
-    // "the store is unavailable" although nothing failed.
+    // Rule: a scope an idle worker holds a live session of is checked (its receipt read) before
+    // the session is continued, and when the store is down the check is skipped; but a copy
+    // opened under another configuration is discarded at start, so the receipt decides and is
+    // read first whatever the store's health — else an unknown belief would answer "the store is
+    // unavailable" although nothing failed.
     let mut l = lifecycle(plain());
     read(&mut l, &a(), None, 0);
     cold_turn(&mut l, &a(), 0, &["a1"], "s1");
@@ -323,12 +333,23 @@ fn a_held_copy_that_will_not_be_continued_does_not_spare_the_read() {
         held: true,
     }];
     assert_eq!(
-        l.place(&held, &IDLE2, t(0)),
+        l.place(&held, &IDLE2, StoreHealth::Answering, t(0)),
+        [Placed::Check(a())],
+        "continued after a check"
+    );
+    assert_eq!(
+        l.place(&held, &IDLE2, StoreHealth::Down, t(0)),
         [run_any(a())],
-        "continued: no read"
+        "continued: the store is down"
     );
     l.configure_sessions(other_mode());
-    assert_eq!(l.place(&held, &IDLE2, t(0)), [Placed::Read(a())]);
+    for health in [StoreHealth::Answering, StoreHealth::Down] {
+        assert_eq!(
+            l.place(&held, &IDLE2, health, t(0)),
+            [Placed::Read(a())],
+            "{health:?}"
+        );
+    }
     read(&mut l, &a(), Some(receipt("s1")), 0);
     l.take_outbox();
     let plan = start(&mut l, &a(), 0, &["a2"], Some("s1"));
@@ -1190,8 +1211,9 @@ mod residency {
     #[test]
     fn a_finished_session_stays_resident_and_its_follow_up_continues_hot_or_waits_for_it() {
         // Rule: after a successful turn the session stays resident on its worker; the
-        // follow-up runs there hot, without a read; while that worker is busy the follow-up
-        // waits for it (recorded once per wait) instead of going cold elsewhere.
+        // follow-up runs there hot once its receipt is checked (the store down: at once);
+        // while that worker is busy the follow-up waits for it (recorded once per wait) instead
+        // of going cold elsewhere.
         let mut l = lifecycle(resident(8));
         read(&mut l, &a(), None, 0);
         cold_turn(&mut l, &a(), 0, &["a1"], "sa");
@@ -1207,10 +1229,18 @@ mod residency {
             fingerprint: cfg().fingerprint,
         };
         assert_eq!(l.resident(&a()), Some(&kept));
-        assert_eq!(place(&l, &[a()], 0), [Placed::Run(a(), Target::Slot(0))]);
+        let run_here = [Placed::Run(a(), Target::Slot(0))];
+        let down = l.place(&ready(&[a()]), &IDLE2, StoreHealth::Down, t(0));
+        assert_eq!(down, run_here);
+        assert_eq!(place(&l, &[a()], 0), [Placed::Check(a())]);
+        read(&mut l, &a(), Some(created_record("sa")), 0);
+        assert_eq!(place(&l, &[a()], 0), run_here);
         let busy0 = [SlotView::Busy, SlotView::Idle];
         let wait = [Placed::WaitForResident(a(), 0)];
-        assert_eq!(l.place(&ready(&[a()]), &busy0, t(0)), wait);
+        assert_eq!(
+            l.place(&ready(&[a()]), &busy0, StoreHealth::Answering, t(0)),
+            wait
+        );
         l.waiting_for_resident(&a(), 0);
         l.waiting_for_resident(&a(), 0);
         let waits = l.take_outbox().records;
@@ -1221,7 +1251,11 @@ mod residency {
                 slot: 0
             }]
         );
-        assert_eq!(l.place(&ready(&[a()]), &busy0, t(0)), wait, "still waiting");
+        assert_eq!(
+            l.place(&ready(&[a()]), &busy0, StoreHealth::Answering, t(0)),
+            wait,
+            "still waiting"
+        );
         let plan = start(&mut l, &a(), 0, &["a2"], Some("sa"));
         assert_eq!(plan.hot_session(), Some("sa"));
         l.turn_end(&a(), replied_with("sa"), t(0));
@@ -1242,7 +1276,7 @@ mod residency {
         // nothing else exists.
         let mut l = with_resident(8);
         read(&mut l, &b(), None, 0);
-        let b_on = |view: &[SlotView]| l.place(&ready(&[b()]), view, t(0));
+        let b_on = |view: &[SlotView]| l.place(&ready(&[b()]), view, StoreHealth::Answering, t(0));
         use SlotView::{Busy, Empty, Idle, Spawning};
         assert_eq!(b_on(&[Idle, Idle]), [Placed::Run(b(), Target::Slot(1))]);
         assert_eq!(b_on(&[Idle, Empty]), [Placed::Run(b(), Target::Spawn(1))]);
@@ -1251,7 +1285,12 @@ mod residency {
         assert!(b_on(&[Busy, SlotView::Backoff]).is_empty());
         // Two scopes, one spawn on its way: the first waits for it, the second spawns.
         read(&mut l, &c(), None, 0);
-        let both = l.place(&ready(&[b(), c()]), &[Idle, Spawning, Empty], t(0));
+        let both = l.place(
+            &ready(&[b(), c()]),
+            &[Idle, Spawning, Empty],
+            StoreHealth::Answering,
+            t(0),
+        );
         assert_eq!(both, [Placed::Run(c(), Target::Spawn(2))]);
     }
 
@@ -1380,7 +1419,7 @@ mod residency {
                 "worker gone at placement",
                 |l| {
                     let view = [SlotView::Backoff, SlotView::Idle];
-                    let placed = l.place(&ready(&[a()]), &view, t(0));
+                    let placed = l.place(&ready(&[a()]), &view, StoreHealth::Answering, t(0));
                     assert_eq!(placed, [Placed::Dispose(a(), DisposeReason::AgentExit)]);
                     l.dispose_resident(&a(), DisposeReason::AgentExit);
                     l.dispose_resident(&a(), DisposeReason::AgentExit);
@@ -1578,6 +1617,8 @@ mod residency {
             l.resident(&b()).map(|r| (r.slot, r.session_id.as_str())),
             Some((1, "sb"))
         );
+        assert_eq!(place(&l, &[b()], 0), [Placed::Check(b())]);
+        read(&mut l, &b(), Some(created_record("sb")), 0);
         assert_eq!(place(&l, &[b()], 0), [Placed::Run(b(), Target::Slot(1))]);
         let plan = start(&mut l, &b(), 1, &["b1", "b2"], Some("sb"));
         assert_eq!(plan.hot_session(), Some("sb"));

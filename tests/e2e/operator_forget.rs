@@ -1,0 +1,297 @@
+//! The operator's `buzz-receipts forget` against a harness that is running on the same store
+//! (docs/STORE.md, "What `forget` means for a running harness"), on SQLite and on PostgreSQL.
+//!
+//! The real `buzz-receipts` binary forgets a thread whose session the harness keeps live. The
+//! thread's next message must be answered by a new session — on the wire: a second `session/new`
+//! for the thread, asking for a fresh conversation, and no prompt for the forgotten session ever
+//! again — and `buzz-receipts list` must never show the forgotten session again: not once the
+//! harness has settled its turns, not after it stops (flushing its queued writes), not after a
+//! restart. A forget while the thread's turn runs lets that turn answer from its session, and
+//! the turn's settle does not bring the receipt back.
+
+use std::process::{Command, Output};
+
+use buzz_acp::relay::Event;
+use buzz_acp_fork_tests::*;
+use serde_json::Value;
+
+/// Where the harness and the operator's command find the receipts.
+enum Store {
+    /// The harness's default: SQLite in its state directory.
+    Sqlite,
+    /// A shared PostgreSQL database (given to the harness as its variable, which a harness
+    /// without the store ignores).
+    Postgres(String),
+}
+
+impl Store {
+    fn postgres() -> Option<Store> {
+        postgres_url().map(Store::Postgres)
+    }
+
+    /// The harness's environment for this store.
+    fn harness_env(&self) -> Vec<(&str, &str)> {
+        match self {
+            Store::Sqlite => Vec::new(),
+            Store::Postgres(url) => vec![("BUZZ_ACP_SESSION_STORE_URL", url.as_str())],
+        }
+    }
+
+    /// Runs `buzz-receipts ARGS` on the scenario's store scope (its relay and agent key).
+    fn receipts(&self, s: &Scenario, args: &[&str]) -> Output {
+        let mut command = Command::new(acp_test_agent::harness::bin_path("buzz-receipts"));
+        for name in [
+            "BUZZ_ACP_STATE_DIR",
+            "BUZZ_ACP_SESSION_STORE_URL",
+            "BUZZ_ACP_AGENT_PUBKEY",
+        ] {
+            command.env_remove(name);
+        }
+        command.arg("--state-dir").arg(&s.state_dir);
+        if let Store::Postgres(url) = self {
+            command.arg("--session-store-url").arg(url);
+        }
+        command
+            .args(["--relay", &relay_identity(s), "--agent-pubkey", AGENT])
+            .args(args)
+            .output()
+            .expect("run buzz-receipts")
+    }
+
+    /// `buzz-receipts list --json`: (scope, session id) of every receipt.
+    fn listed(&self, s: &Scenario) -> Vec<(String, String)> {
+        let out = self.receipts(s, &["list", "--json"]);
+        assert!(
+            out.status.success(),
+            "buzz-receipts list: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|line| {
+                let row: Value = serde_json::from_str(line).expect("a JSON line");
+                let scope = row["scope"].as_str().unwrap_or_default().to_string();
+                let session = row["record"]["sessionId"].as_str().unwrap_or_default();
+                (scope, session.to_string())
+            })
+            .collect()
+    }
+
+    /// The session ids `buzz-receipts list` shows.
+    fn sessions(&self, s: &Scenario) -> Vec<String> {
+        self.listed(s).into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// `buzz-receipts forget SCOPE` for the receipt that names `session` (its scope as the list
+    /// shows it: the harness's key for the thread).
+    fn forget(&self, s: &Scenario, session: &str) {
+        let listed = self.listed(s);
+        let scope = listed
+            .iter()
+            .find(|(_, id)| id == session)
+            .map(|(scope, _)| scope.clone())
+            .unwrap_or_else(|| panic!("no receipt names {session}: {listed:?}"));
+        let out = self.receipts(s, &["forget", &scope]);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "buzz-receipts forget: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            said.contains(session) && said.contains("forgot 1 receipt"),
+            "{said}"
+        );
+    }
+}
+
+/// The thread's first message, answered; returns the root, the answer and its session, once
+/// `buzz-receipts list` shows that session's receipt.
+fn answered_thread(s: &mut Scenario, store: &Store) -> (Event, Event, String) {
+    let root = s.post_top("remember alpha-7301").unwrap();
+    let answer = s.wait_for_reply(&root.id, WAIT).expect("the first answer");
+    let session = session_order(&wire(s))[0].clone();
+    wait_until(WAIT, || {
+        (store.sessions(s) == [session.as_str()]).then_some(())
+    })
+    .expect("the receipt of the thread's session is listed");
+    (root, answer, session)
+}
+
+/// The prompts each session got, in order: (session id, count).
+fn prompts_to(frames: &[WireFrame], session: &str) -> usize {
+    prompt_texts(frames)
+        .iter()
+        .filter(|(id, _)| id == session)
+        .count()
+}
+
+/// After the harness stopped: the thread's receipt names `new`, never `old`; after a restart the
+/// next message restores `new` (its second turn), and the list still never shows `old`.
+fn after_a_restart(
+    s: &mut Scenario,
+    store: &Store,
+    root: &Event,
+    last: &Event,
+    old: &str,
+    new: &str,
+) {
+    assert_eq!(
+        store.sessions(s),
+        [new],
+        "once the harness settled and flushed"
+    );
+    let q = s.post_reply(root, last, "still there?").unwrap();
+    run_once_env(s, &[], &[], &store.harness_env());
+    let answer = s.reply_to(&q.id).expect("answered after the restart");
+    assert_eq!(turns(&answer), 2, "the new session was restored");
+    let frames = wire(s);
+    assert_eq!(
+        prompt_texts(&frames).last().map(|(id, _)| id.as_str()),
+        Some(new)
+    );
+    assert_eq!(store.sessions(s), [new], "after the restart");
+    assert!(!store.sessions(s).iter().any(|id| id == old));
+}
+
+/// A thread whose session is live (resident, or held by an idle worker) is forgotten: its next
+/// message is answered by a new session.
+fn forget_a_live_session(store: &Store) {
+    let (_dir, mut s) = scenario();
+    let running = start_env(&s, &[], &[], &store.harness_env());
+    let (root, r1, old) = answered_thread(&mut s, store);
+
+    store.forget(&s, &old);
+    assert!(store.sessions(&s).is_empty(), "forgotten at once");
+    let q = s.post_reply(&root, &r1, "what did I ask you?").unwrap();
+    let r2 = s
+        .wait_for_reply(&q.id, WAIT)
+        .expect("answered after the forget");
+    assert_eq!(turns(&r2), 1, "a new session answered");
+    assert!(!store.sessions(&s).contains(&old));
+    running.stop().unwrap();
+
+    let frames = wire(&s);
+    assert_eq!(served_as(&frames, &root.id), ["new", "new"]);
+    let news = requests_of(&frames, "session/new");
+    assert_eq!(news.len(), 2);
+    assert_eq!(
+        news[1].params["_meta"]["freshSession"], true,
+        "the new session asks for a fresh conversation"
+    );
+    assert_eq!(prompts_to(&frames, &old), 1, "no prompt after the forget");
+    let new = prompt_texts(&frames).last().expect("prompts").0.clone();
+    assert_ne!(new, old);
+    after_a_restart(&mut s, store, &root, &r2, &old, &new);
+}
+
+/// The thread is forgotten while its turn runs: the turn answers from its session, its settle
+/// does not bring the receipt back, and the next message is answered by a new session.
+fn forget_during_a_turn(store: &Store) {
+    let (_dir, mut s) = scenario();
+    let running = start_env(&s, &[], &[], &store.harness_env());
+    let (root, r1, old) = answered_thread(&mut s, store);
+
+    let q = s
+        .post_reply(&root, &r1, "think about it !gate:held")
+        .unwrap();
+    wait_until(WAIT, || (prompts(&wire(&s)).len() == 2).then_some(())).expect("the turn runs");
+    store.forget(&s, &old);
+    s.open_gate("held").unwrap();
+    let r2 = s
+        .wait_for_reply(&q.id, WAIT)
+        .expect("the running turn answers");
+    assert_eq!(turns(&r2), 2, "from the session it ran on");
+    // The next turn starts only once the running one has settled and its writes were answered.
+    let q3 = s.post_reply(&root, &r2, "and now?").unwrap();
+    let r3 = s
+        .wait_for_reply(&q3.id, WAIT)
+        .expect("answered after the forget");
+    assert_eq!(turns(&r3), 1, "a new session answered");
+    assert!(
+        !store.sessions(&s).contains(&old),
+        "the settle did not bring the receipt back"
+    );
+    running.stop().unwrap();
+
+    let frames = wire(&s);
+    assert_eq!(served_as(&frames, &root.id), ["new", "continued", "new"]);
+    assert_eq!(
+        prompts_to(&frames, &old),
+        2,
+        "no prompt after the running turn"
+    );
+    let new = prompt_texts(&frames).last().expect("prompts").0.clone();
+    assert_ne!(new, old);
+    after_a_restart(&mut s, store, &root, &r3, &old, &new);
+}
+
+#[test]
+fn a_forgotten_live_session_is_replaced_at_the_next_message_on_sqlite() {
+    forget_a_live_session(&Store::Sqlite);
+}
+
+#[test]
+fn a_forgotten_live_session_is_replaced_at_the_next_message_on_postgres() {
+    let Some(store) = Store::postgres() else {
+        return;
+    };
+    forget_a_live_session(&store);
+}
+
+#[test]
+fn a_forget_during_a_turn_is_not_undone_by_its_settle_on_sqlite() {
+    forget_during_a_turn(&Store::Sqlite);
+}
+
+#[test]
+fn a_forget_during_a_turn_is_not_undone_by_its_settle_on_postgres() {
+    let Some(store) = Store::postgres() else {
+        return;
+    };
+    forget_during_a_turn(&store);
+}
+
+/// With an agent that advertises `session/close`, the forgotten resident is closed exactly once,
+/// before the thread's new session is opened.
+#[test]
+fn a_forgotten_resident_is_closed_once_before_the_new_session() {
+    let store = Store::Sqlite;
+    let (_dir, mut s) = scenario();
+    let running = start_env(&s, &["--session-close"], &[], &[]);
+    let (root, r1, old) = answered_thread(&mut s, &store);
+    store.forget(&s, &old);
+    let q = s.post_reply(&root, &r1, "again").unwrap();
+    s.wait_for_reply(&q.id, WAIT)
+        .expect("answered after the forget");
+    running.stop().unwrap();
+
+    let frames = wire(&s);
+    let closed: Vec<String> = closes(&frames).into_iter().map(|(_, id)| id).collect();
+    assert_eq!(
+        closed.iter().filter(|id| **id == old).count(),
+        1,
+        "{closed:?}"
+    );
+    let requests: Vec<&WireFrame> = frames
+        .iter()
+        .filter(|f| f.kind == FrameKind::Request)
+        .collect();
+    let close_at = requests
+        .iter()
+        .position(|f| {
+            f.method.as_deref() == Some("session/close") && f.params["sessionId"] == old.as_str()
+        })
+        .expect("the forgotten session was closed");
+    let second_new = requests
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.method.as_deref() == Some("session/new"))
+        .nth(1)
+        .expect("a second session/new")
+        .0;
+    assert!(
+        close_at < second_new,
+        "closed before the new session opened"
+    );
+}
