@@ -1,7 +1,9 @@
 //! What a follow-up costs with a REAL adapter when the patched harness serves it hot (the
 //! resident live session), warm (`session/resume`/`session/load` of the receipt in a fresh
 //! agent process after an idle pool sleep) or cold (`session/new` plus the re-injected context
-//! window after the same sleep), in time and in what the model has to read.
+//! window after the same sleep), and what a rotation costs when the retired session hands off
+//! to its successor (patch `continuity-handoff`) rather than the thread restarting cold, in time
+//! and in what the model has to read.
 //!
 //! For each adapter and mode, a thread runs four turns on a fresh scenario and its own fake
 //! LLM. Then comes a realistic pause, simulated on the fake LLM's clock (the provider's time,
@@ -12,13 +14,16 @@
 //! | hot | `--lazy-pool --idle-pool-sleep 600`: the session stays resident | 1 minute |
 //! | warm | `--lazy-pool --idle-pool-sleep 2`: the pool sleeps, the follow-up resumes the receipt | 15 minutes (upstream's idle pool sleep) |
 //! | cold | the same with `--no-resume-sessions`: a new session with the context window | 15 minutes |
-//! | handoff, resident | as hot, with `--max-turns-per-session 4`: the fourth turn retired the session; the follow-up asks the live old session for its handoff, then a new session gets it | 1 minute |
+//! | cold rotation | the **baseline** harness as hot, with `--max-turns-per-session 4`: upstream rotates after the fourth turn, the follow-up opens a new session with the context window | 1 minute |
+//! | handoff, resident | the patched harness as hot, with `--max-turns-per-session 4`: the fourth turn retired the session; the follow-up asks the live old session for its handoff, then a new session gets it | 1 minute |
 //! | handoff after an idle sleep | as warm, with `--max-turns-per-session 4`: the follow-up resumes the retired session for its handoff, then a new session gets it | 15 minutes |
 //!
 //! The harness itself only waits two real seconds for its pool to sleep; the fake clock is what
 //! makes the gap 15 minutes for the cache. A handoff is the cost of a rotation that keeps what
-//! the thread knew; the cold row is the same thread restarted without it (upstream's rotation),
-//! so the third table sets the handoffs against it.
+//! the thread knew; a cold restart of the same thread is what it replaces: upstream's rotation
+//! at the same turn limit after the same minute (cold rotation), and a new session with the
+//! context window after the same idle sleep (cold). The third table sets each handoff against
+//! the cold restart with its gap.
 //!
 //! The follow-up is timed from its append to the relay until the reply is visible there (relay
 //! polled every 2 ms). What the model read comes from the fake LLM's request log for the
@@ -43,7 +48,7 @@ use buzz_acp::testing::{Scenario, wait_until_every};
 use clap::Parser;
 use fake_llm::{RequestKind, RequestRecord};
 use real_adapters::adapter::{create_agent_cwd, install_dir};
-use real_adapters::binaries::patched_harness;
+use real_adapters::binaries::{baseline_harness, patched_harness};
 use real_adapters::llm::Llm;
 use real_adapters::procs::kill_processes_with_home;
 use real_adapters::wire::Wire;
@@ -67,7 +72,9 @@ const IDLE_GAP: Duration = Duration::from_secs(15 * 60);
 const FOLLOW_UP: &str = "so, are we ready to ship?";
 
 #[derive(Debug, Parser)]
-#[command(about = "Hot / warm / cold follow-up cost with real adapters (patched harness)")]
+#[command(
+    about = "Hot / warm / cold follow-ups and handoffs with real adapters, against cold restarts"
+)]
 struct Args {
     /// Repetitions per adapter and mode.
     #[arg(long, default_value_t = 3)]
@@ -88,6 +95,8 @@ enum Mode {
     Hot,
     Warm,
     Cold,
+    /// The baseline at the turn limit: upstream's rotation, a new session with the window.
+    ColdRotation,
     /// The session reached the turn limit; the follow-up asks it (still resident) for a handoff.
     HandoffResident,
     /// The same after an idle sleep: the retired session is resumed for its handoff.
@@ -95,10 +104,11 @@ enum Mode {
 }
 
 impl Mode {
-    const ALL: [Mode; 5] = [
+    const ALL: [Mode; 6] = [
         Mode::Hot,
         Mode::Warm,
         Mode::Cold,
+        Mode::ColdRotation,
         Mode::HandoffResident,
         Mode::HandoffIdle,
     ];
@@ -115,7 +125,7 @@ impl Mode {
                 "--no-resume-sessions",
             ],
             // The limit is the thread's turn count before the follow-up ([`TURNS`]).
-            Self::HandoffResident => &[
+            Self::ColdRotation | Self::HandoffResident => &[
                 "--lazy-pool",
                 "--idle-pool-sleep",
                 "600",
@@ -132,6 +142,14 @@ impl Mode {
         }
     }
 
+    /// The harness that serves it: the baseline only for upstream's rotation.
+    fn harness(self) -> Result<std::path::PathBuf, TierError> {
+        match self {
+            Self::ColdRotation => baseline_harness(),
+            _ => patched_harness(),
+        }
+    }
+
     /// Whether the pool goes to sleep before the follow-up.
     fn sleeps(self) -> bool {
         matches!(self, Self::Warm | Self::Cold | Self::HandoffIdle)
@@ -145,7 +163,7 @@ impl Mode {
     /// The pause on the fake clock before the follow-up.
     fn gap(self) -> Duration {
         match self {
-            Self::Hot | Self::HandoffResident => HOT_GAP,
+            Self::Hot | Self::ColdRotation | Self::HandoffResident => HOT_GAP,
             Self::Warm | Self::Cold | Self::HandoffIdle => IDLE_GAP,
         }
     }
@@ -155,6 +173,9 @@ impl Mode {
             Self::Hot => "hot (resident session)",
             Self::Warm => "warm (resume/load after an idle sleep)",
             Self::Cold => "cold (session/new + context after an idle sleep)",
+            Self::ColdRotation => {
+                "cold rotation (baseline at the turn limit: session/new + context)"
+            }
             Self::HandoffResident => {
                 "handoff, resident (turn limit: the live old session hands off)"
             }
@@ -263,7 +284,7 @@ fn sample(adapter: Adapter, mode: Mode) -> Result<Sample, TierError> {
     )?;
     let err = |e: buzz_acp::relay::RelayError| fail(e.to_string());
     let running = s
-        .start(&patched_harness()?, &agent.command(), mode.flags())
+        .start(&mode.harness()?, &agent.command(), mode.flags())
         .map_err(|e| fail(e.to_string()))?;
     let root = s
         .post_top("Plan the release of the storage service")
@@ -442,14 +463,14 @@ fn main() -> Result<(), TierError> {
     Ok(())
 }
 
-/// The handoffs set against a cold restart of the same thread: what the model read in all
-/// (conversation and background calls), fresh under each cache, the handoff call's share, and
-/// the wall time, with the ratio to the cold row of the same adapter.
+/// The handoffs set against a cold restart of the same thread after the same gap: what the
+/// model read in all (conversation and background calls), fresh under each cache, the handoff
+/// call's share, and the wall time, with the ratio to the cold restart.
 fn print_handoff_table(measured: &[(Adapter, Mode, Vec<Sample>)]) {
     println!(
-        "| adapter | follow-up | model calls | prompt bytes, all calls | fresh, 5-min cache | fresh, 1-h cache | handoff call: prompt bytes | handoff call: fresh, 5-min | handoff text (bytes) | median wall time (ms) | vs cold: prompt bytes | vs cold: fresh, 5-min | vs cold: fresh, 1-h | vs cold: wall time |"
+        "| adapter | gap (fake clock) | follow-up | model calls | prompt bytes, all calls | fresh, 5-min cache | fresh, 1-h cache | handoff call: prompt bytes | handoff call: fresh, 5-min | handoff text (bytes) | median wall time (ms) | vs cold: prompt bytes | vs cold: fresh, 5-min | vs cold: fresh, 1-h | vs cold: wall time |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let all = |s: &Sample| Reading {
         calls: s.turn.calls + s.background.calls,
         body_bytes: s.turn.body_bytes + s.background.body_bytes,
@@ -471,33 +492,46 @@ fn print_handoff_table(measured: &[(Adapter, Mode, Vec<Sample>)]) {
                 .map(|(_, _, samples)| samples.as_slice())
                 .unwrap_or_default()
         };
-        let cold = of(Mode::Cold);
-        let cold_prompt = col(cold, |s| all(s).prompt_bytes);
-        let cold_fresh_5m = col(cold, |s| all(s).fresh_5m());
-        let cold_fresh_1h = col(cold, |s| all(s).fresh_1h());
-        let cold_wall = median(cold.iter().map(|s| s.elapsed).collect());
-        for mode in [Mode::Cold, Mode::HandoffResident, Mode::HandoffIdle] {
-            let samples = of(mode);
-            if samples.is_empty() {
-                continue;
+        for (cold_mode, handoff_mode) in [
+            (Mode::ColdRotation, Mode::HandoffResident),
+            (Mode::Cold, Mode::HandoffIdle),
+        ] {
+            let cold = of(cold_mode);
+            let cold_prompt = col(cold, |s| all(s).prompt_bytes);
+            let cold_fresh_5m = col(cold, |s| all(s).fresh_5m());
+            let cold_fresh_1h = col(cold, |s| all(s).fresh_1h());
+            let cold_wall = median(cold.iter().map(|s| s.elapsed).collect());
+            for mode in [cold_mode, handoff_mode] {
+                let samples = of(mode);
+                if samples.is_empty() {
+                    continue;
+                }
+                let wall = median(samples.iter().map(|s| s.elapsed).collect());
+                let prompt = col(samples, |s| all(s).prompt_bytes);
+                let fresh_5m = col(samples, |s| all(s).fresh_5m());
+                let fresh_1h = col(samples, |s| all(s).fresh_1h());
+                let versus = if mode == cold_mode || cold.is_empty() {
+                    "— | — | — | —".to_owned()
+                } else {
+                    format!(
+                        "{} | {} | {} | {}",
+                        ratio(prompt, cold_prompt),
+                        ratio(fresh_5m, cold_fresh_5m),
+                        ratio(fresh_1h, cold_fresh_1h),
+                        ratio_f(wall.as_secs_f64(), cold_wall.as_secs_f64()),
+                    )
+                };
+                println!(
+                    "| {adapter} | {} min | {} | {} | {prompt} | {fresh_5m} | {fresh_1h} | {} | {} | {} | {} | {versus} |",
+                    minutes(mode.gap()),
+                    mode.label(),
+                    col(samples, |s| all(s).calls),
+                    col(samples, |s| s.handoff.prompt_bytes),
+                    col(samples, |s| s.handoff.fresh_5m()),
+                    col(samples, |s| s.handoff_text),
+                    wall.as_millis(),
+                );
             }
-            let wall = median(samples.iter().map(|s| s.elapsed).collect());
-            let prompt = col(samples, |s| all(s).prompt_bytes);
-            let fresh_5m = col(samples, |s| all(s).fresh_5m());
-            let fresh_1h = col(samples, |s| all(s).fresh_1h());
-            println!(
-                "| {adapter} | {} | {} | {prompt} | {fresh_5m} | {fresh_1h} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                mode.label(),
-                col(samples, |s| all(s).calls),
-                col(samples, |s| s.handoff.prompt_bytes),
-                col(samples, |s| s.handoff.fresh_5m()),
-                col(samples, |s| s.handoff_text),
-                wall.as_millis(),
-                ratio(prompt, cold_prompt),
-                ratio(fresh_5m, cold_fresh_5m),
-                ratio(fresh_1h, cold_fresh_1h),
-                ratio_f(wall.as_secs_f64(), cold_wall.as_secs_f64()),
-            );
         }
     }
 }
