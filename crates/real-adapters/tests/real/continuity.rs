@@ -148,7 +148,14 @@ pub fn lost_transcript_gets_the_whole_thread(adapter: Adapter) -> Result<()> {
     );
     rig.assert_no_agent_left()?;
     eprintln!(
-        "{adapter}: lost transcript; notice: {:?}",
+        "{adapter}: lost transcript: {}; requests to the agent: {:?}; notice: {:?}",
+        reopened
+            .iter()
+            .filter_map(|e| e.answer.and_then(|a| a.error()))
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        wire.methods_sent(),
         notices[0].content
     );
     Ok(())
@@ -244,8 +251,9 @@ pub fn turn_limit_rotates_with_a_handoff_across_a_restart(adapter: Adapter) -> R
     assert_eq!(notices.len(), 1, "{adapter}: told once: {notices:?}");
     rig.assert_no_agent_left()?;
     eprintln!(
-        "{adapter}: rotation with a handoff of {} bytes; notice: {:?}",
+        "{adapter}: rotation with a handoff of {} bytes; requests to the agent: {:?}; notice: {:?}",
         handoff.len(),
+        wire.methods_sent(),
         notices[0].content
     );
     Ok(())
@@ -364,6 +372,11 @@ pub fn switches_model_in_place(adapter: Adapter) -> Result<()> {
         "{adapter}: nothing to tell about the question"
     );
     rig.assert_no_agent_left()?;
+    eprintln!(
+        "{adapter}: switched to {value} in place; requests to the agent: {methods:?}; \
+         turn requests named {:?}",
+        turns.iter().map(|r| r.model.clone()).collect::<Vec<_>>()
+    );
     Ok(())
 }
 
@@ -415,12 +428,18 @@ pub fn refused_model_switch_rotates_with_a_handoff(adapter: Adapter, value: &str
     let notices = rig.notices_about(&sw.question);
     assert_eq!(notices.len(), 1, "{adapter}: {notices:?}");
     rig.assert_no_agent_left()?;
+    let models: Vec<Option<String>> = turn_requests(rig, sw.llm_mark)?
+        .into_iter()
+        .map(|r| r.model)
+        .collect();
     eprintln!(
-        "{adapter}: refused switch to {value}: {}; notice: {:?}",
+        "{adapter}: refused switch to {value}: {}; turn requests after it named {models:?}; \
+         requests to the agent: {:?}; notice: {:?}",
         sets[0]
             .answer
             .and_then(|a| a.error())
             .map_or_else(String::new, ToString::to_string),
+        wire.methods_sent(),
         notices[0].content
     );
     Ok(())
