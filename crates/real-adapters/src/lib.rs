@@ -13,7 +13,7 @@
 //! - [`wire`]: the JSON-RPC frames between a harness and its agent, read from the harness's
 //!   observer log (which session a request went to, what the agent answered).
 //!
-//! The scenarios are in `tests/real.rs` (ignored by a plain `cargo test`; run them with
+//! The scenarios are in `tests/real/` (ignored by a plain `cargo test`; run them with
 //! `scripts/real-adapters`), the measurement in `src/bin/real-follow-ups.rs`.
 
 pub mod adapter;
