@@ -10,14 +10,17 @@
 //! - [`procs`]: finding the processes started for one agent home (to prove none is left).
 //! - [`binaries`]: where the baseline and patched harness binaries are.
 //! - [`workspace`]: where this workspace is on disk.
+//! - [`wire`]: the JSON-RPC frames between a harness and its agent, read from the harness's
+//!   observer log (which session a request went to, what the agent answered).
 //!
-//! The scenarios are in `tests/real.rs` (ignored by a plain `cargo test`; run them with
+//! The scenarios are in `tests/real/` (ignored by a plain `cargo test`; run them with
 //! `scripts/real-adapters`), the measurement in `src/bin/real-follow-ups.rs`.
 
 pub mod adapter;
 pub mod binaries;
 pub mod llm;
 pub mod procs;
+pub mod wire;
 pub mod workspace;
 
 pub use adapter::{Adapter, AgentHome, TierError};
