@@ -12,6 +12,7 @@
 //! same way as `!model`.
 
 use crate::clock::Moment;
+use crate::decision::NoticeCause;
 use crate::lifecycle::Lifecycle;
 use crate::reach::{ModelSwitch, Plan, Reach};
 use crate::rotation::RetireReason;
@@ -32,11 +33,14 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         };
         let state = self.state(scope);
         let applied = match &plan.reach {
-            Reach::Hot { session_id } => state
-                .known
-                .as_ref()
-                .filter(|k| k.session_id == *session_id)
-                .and_then(|k| k.model.clone()),
+            Reach::Hot { session_id } => {
+                let known = state.known.as_ref().filter(|k| k.session_id == *session_id);
+                if known.is_some_and(|k| k.refused_model.as_deref() == Some(desired.as_str())) {
+                    // Asked once, refused: the session keeps its model.
+                    return;
+                }
+                known.and_then(|k| k.model.clone())
+            }
             Reach::Warm { record, .. } => record.model.clone(),
             Reach::Cold { .. } => return,
         };
@@ -80,10 +84,25 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         }
     }
 
-    /// The running turn's session refused `model` in place (`detail`). For the thread the owner
-    /// addressed, the session is retired (its turn stopped and comes back): the next turn hands
-    /// off to a new session that has the model. Other threads go on with the session's model.
-    pub fn model_refused(&mut self, scope: &K, model: &str, detail: &str, now: Moment) {
+    /// The running turn's session refused `model` in place (`detail`); `offered` says whether
+    /// its `model` option lists the model. The session is not asked again. For the thread the
+    /// owner addressed:
+    ///
+    /// * a model the session does not offer, a new session would not get either (new sessions
+    ///   take a model only when they offer it): the thread goes on in its session, and is told
+    ///   once that the model is not offered;
+    /// * otherwise the session is retired (its turn stopped and comes back): the next turn hands
+    ///   off to a new session that has the model.
+    ///
+    /// Other threads go on with the session's model.
+    pub fn model_refused(
+        &mut self,
+        scope: &K,
+        model: &str,
+        detail: &str,
+        offered: Option<bool>,
+        now: Moment,
+    ) {
         let running = self.scopes.get(scope).and_then(|s| s.running());
         let session_id = running.and_then(|r| r.session_id.clone());
         let required = running
@@ -94,8 +113,20 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             model: model.to_string(),
             detail: detail.to_string(),
         });
-        if required && let Some(session_id) = session_id {
-            self.state(scope).model_addressed = false;
+        let state = self.state(scope);
+        if let Some(known) = state.known.as_mut() {
+            known.refused_model = Some(model.to_string());
+        }
+        if !required {
+            return;
+        }
+        state.model_addressed = false;
+        if offered == Some(false) {
+            let text = crate::notice::model_not_offered(model);
+            self.notice(scope, NoticeCause::ModelNotOffered, text);
+            return;
+        }
+        if let Some(session_id) = session_id {
             self.retire(scope, &session_id, RetireReason::ModelChange, now);
         }
     }

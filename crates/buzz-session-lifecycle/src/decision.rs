@@ -61,6 +61,9 @@ pub enum NoticeCause {
     Rotated,
     /// The session ran out of context space; the answer comes from a new session.
     Exhausted,
+    /// The owner's model is not offered by the thread's session; the thread goes on unchanged.
+    #[cfg(feature = "config-in-place")]
+    ModelNotOffered,
 }
 
 /// A store operation, executed by the driver off the event loop, in order per scope.

@@ -255,9 +255,13 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                     self.lifecycle.model_switched(&scope, &model, now)
                 }
                 #[cfg(feature = "config-in-place")]
-                Report::ModelRefused { model, detail } => {
-                    self.lifecycle.model_refused(&scope, &model, &detail, now)
-                }
+                Report::ModelRefused {
+                    model,
+                    detail,
+                    offered,
+                } => self
+                    .lifecycle
+                    .model_refused(&scope, &model, &detail, offered, now),
                 #[cfg(feature = "continuity")]
                 Report::HandoffTaken {
                     from_session_id,

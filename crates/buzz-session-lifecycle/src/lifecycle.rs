@@ -371,6 +371,8 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             fingerprint,
             turns,
             model,
+            #[cfg(feature = "config-in-place")]
+            refused_model: None,
         });
     }
 }

@@ -38,6 +38,9 @@ pub enum Report {
         model: String,
         /// What the agent said.
         detail: String,
+        /// Whether the session's `model` option offers the model (`None`: its options were not
+        /// seen). A model it does not offer, a new session would not get either.
+        offered: Option<bool>,
     },
     /// The retiring session answered the handoff instruction.
     #[cfg(feature = "continuity")]

@@ -123,6 +123,15 @@ pub fn store_unavailable(gets: &str) -> String {
     )
 }
 
+/// The owner's model is not offered by the thread's session (nor would a new one get it).
+#[cfg(feature = "config-in-place")]
+pub fn model_not_offered(model: &str) -> String {
+    format!(
+        "This thread's session does not offer the model {model}, so it goes on as it was \
+         (a new session would not get {model} either)."
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

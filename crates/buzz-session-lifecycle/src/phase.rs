@@ -86,6 +86,9 @@ pub(crate) struct KnownSession {
     pub(crate) turns: Option<u32>,
     /// The model applied to the session (`None`: the agent's default, or unknown).
     pub(crate) model: Option<String>,
+    /// A model this session refused to switch to: not asked again of it.
+    #[cfg(feature = "config-in-place")]
+    pub(crate) refused_model: Option<String>,
 }
 
 /// Everything the lifecycle keeps for one scope.

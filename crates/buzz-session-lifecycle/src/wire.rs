@@ -17,6 +17,11 @@
 //!   its version does not know, such as the ACP v2 draft's `capabilities.session`. The tap keeps
 //!   the raw result and reads it with [`AgentCaps::from_initialize`], which looks at the
 //!   answer's `protocolVersion` first ([`crate::gate`]).
+//! * **The models a session offers** (feature `config-in-place`). A session's configuration
+//!   options come in the answers to `session/new`, `session/load` and `session/resume` and in
+//!   `config_option_update` notifications (ACP "Session Config Options"). The watch keeps the
+//!   values of each session's `model` option, so a session that refuses a model switch can be
+//!   told apart from one that does not offer the model at all ([`WireWatch::offers_model`]).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -48,6 +53,12 @@ struct Watch {
     /// own, e.g. for a handoff).
     #[cfg(feature = "continuity")]
     refusing: Vec<String>,
+    /// `session/new` requests in flight (their answers name the new session).
+    #[cfg(feature = "config-in-place")]
+    creating: Vec<Value>,
+    /// The values of each session's `model` option, as last offered.
+    #[cfg(feature = "config-in-place")]
+    models: HashMap<String, Vec<String>>,
 }
 
 /// Watches one agent connection's lines. Cheap for ordinary traffic: a line is parsed only when
@@ -66,7 +77,10 @@ impl WireWatch {
     /// lines the harness writes to the agent.
     pub fn hide(&self, line: &str, outgoing: bool) -> bool {
         if outgoing {
-            if RESTORE_METHODS.iter().any(|m| line.contains(m)) || line.contains("\"initialize\"") {
+            if RESTORE_METHODS.iter().any(|m| line.contains(m))
+                || line.contains("\"initialize\"")
+                || (cfg!(feature = "config-in-place") && line.contains("\"session/new\""))
+            {
                 self.outgoing(line);
             }
             return false;
@@ -74,8 +88,16 @@ impl WireWatch {
         if line.contains("\"usage_update\"") {
             self.usage_update(line);
         }
+        #[cfg(feature = "config-in-place")]
+        if line.contains("\"config_option_update\"") {
+            self.config_option_update(line);
+        }
         let mut watch = self.lock();
-        if watch.initialize.is_none() && watch.restoring.is_empty() {
+        #[cfg(feature = "config-in-place")]
+        let creating = !watch.creating.is_empty();
+        #[cfg(not(feature = "config-in-place"))]
+        let creating = false;
+        if watch.initialize.is_none() && watch.restoring.is_empty() && !creating {
             return false;
         }
         let Ok(frame) = serde_json::from_str::<Value>(line) else {
@@ -91,6 +113,8 @@ impl WireWatch {
                     watch.identity = identity_of(result);
                 }
             }
+            #[cfg(feature = "config-in-place")]
+            watch.session_opened(&id, &frame);
             watch.restoring.retain(|(request_id, _)| *request_id != id);
             return false;
         }
@@ -115,6 +139,8 @@ impl WireWatch {
                     watch.restoring.push((id, sid.to_string()));
                 }
             }
+            #[cfg(feature = "config-in-place")]
+            Some("session/new") => watch.creating.push(id),
             _ => {}
         }
     }
@@ -171,6 +197,83 @@ impl WireWatch {
     pub fn identity(&self) -> AgentIdentity {
         self.lock().identity.clone()
     }
+
+    /// Whether `session_id`'s `model` option offers `model`: `None` when the watch never saw the
+    /// session's options.
+    #[cfg(feature = "config-in-place")]
+    pub fn offers_model(&self, session_id: &str, model: &str) -> Option<bool> {
+        let watch = self.lock();
+        let offered = watch.models.get(session_id)?;
+        Some(offered.iter().any(|m| m == model))
+    }
+
+    #[cfg(feature = "config-in-place")]
+    fn config_option_update(&self, line: &str) {
+        let Ok(frame) = serde_json::from_str::<Value>(line) else {
+            return;
+        };
+        let params = &frame["params"];
+        let update = &params["update"];
+        if update["sessionUpdate"] != "config_option_update" {
+            return;
+        }
+        if let Some(session_id) = params["sessionId"].as_str() {
+            self.lock()
+                .learn_models(session_id, &update["configOptions"]);
+        }
+    }
+}
+
+#[cfg(feature = "config-in-place")]
+impl Watch {
+    /// The answer `id` to a `session/new`, `session/load` or `session/resume`: the session's
+    /// configuration options.
+    fn session_opened(&mut self, id: &Value, frame: &Value) {
+        let result = &frame["result"];
+        let created = self.creating.iter().position(|r| r == id);
+        let session_id = match created {
+            Some(i) => {
+                self.creating.remove(i);
+                result["sessionId"].as_str().map(str::to_string)
+            }
+            None => self
+                .restoring
+                .iter()
+                .find(|(r, _)| r == id)
+                .map(|(_, session)| session.clone()),
+        };
+        if let Some(session_id) = session_id {
+            self.learn_models(&session_id, &result["configOptions"]);
+        }
+    }
+
+    /// Keeps the values of the `model` option (category `model`, else id `model`) among
+    /// `options`. Absent options leave what is known.
+    fn learn_models(&mut self, session_id: &str, options: &Value) {
+        let Some(options) = options.as_array() else {
+            return;
+        };
+        let model = options
+            .iter()
+            .find(|o| o["category"] == "model")
+            .or_else(|| options.iter().find(|o| o["id"] == "model"));
+        let mut values = Vec::new();
+        if let Some(model) = model {
+            select_values(&model["options"], &mut values);
+        }
+        self.models.insert(session_id.to_string(), values);
+    }
+}
+
+/// The `value`s of a select option's choices, flat or grouped (`{group, name, options}`).
+#[cfg(feature = "config-in-place")]
+fn select_values(choices: &Value, out: &mut Vec<String>) {
+    for choice in choices.as_array().into_iter().flatten() {
+        match choice["value"].as_str() {
+            Some(value) => out.push(value.to_string()),
+            None => select_values(&choice["options"], out),
+        }
+    }
 }
 
 /// `agentInfo` (v1) or `info` (the v2 draft) of an `initialize` result.
@@ -186,6 +289,36 @@ fn identity_of(result: &Value) -> AgentIdentity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "config-in-place")]
+    #[test]
+    fn the_models_a_session_offers_come_from_its_answers_and_updates() {
+        let watch = WireWatch::default();
+        assert!(!watch.hide(r#"{"jsonrpc":"2.0","id":3,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}"#, true));
+        assert_eq!(watch.offers_model("s1", "big"), None, "nothing seen yet");
+        let options = r#"[{"id":"model","name":"Model","category":"model","type":"select","currentValue":"small","options":[{"value":"small","name":"Small"},{"group":"more","name":"More","options":[{"value":"big","name":"Big"}]}]}]"#;
+        let answer = format!(
+            r#"{{"jsonrpc":"2.0","id":3,"result":{{"sessionId":"s1","configOptions":{options}}}}}"#
+        );
+        assert!(!watch.hide(&answer, false));
+        assert_eq!(watch.offers_model("s1", "big"), Some(true));
+        assert_eq!(watch.offers_model("s1", "huge"), Some(false));
+
+        // A reopened session's answer, then an update that drops `big`.
+        watch.hide(r#"{"jsonrpc":"2.0","id":4,"method":"session/resume","params":{"sessionId":"s2","cwd":"/"}}"#, true);
+        let resumed =
+            format!(r#"{{"jsonrpc":"2.0","id":4,"result":{{"configOptions":{options}}}}}"#);
+        watch.hide(&resumed, false);
+        assert_eq!(watch.offers_model("s2", "big"), Some(true));
+        let update = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s2","update":{"sessionUpdate":"config_option_update","configOptions":[{"id":"model","name":"Model","type":"select","currentValue":"small","options":[{"value":"small","name":"Small"}]}]}}}"#;
+        watch.hide(update, false);
+        assert_eq!(watch.offers_model("s2", "big"), Some(false));
+        assert_eq!(
+            watch.offers_model("s1", "big"),
+            Some(true),
+            "other sessions unchanged"
+        );
+    }
     use crate::gate::{Negotiated, RestoreMethod};
 
     #[test]
