@@ -282,6 +282,11 @@ fn a_restore_given_up_keeps_the_code_word_through_the_whole_thread() {
     let notices: Vec<String> = p.notices().into_iter().map(|n| n.content).collect();
     assert_eq!(notices.len(), 2, "keep trying, then gave up: {notices:?}");
     assert!(notices[0].contains("keep trying"), "{}", notices[0]);
+    assert!(
+        notices[0].contains("the whole thread"),
+        "it says what a new session would get: {}",
+        notices[0]
+    );
     assert!(notices[1].contains("could not restore"), "{}", notices[1]);
     assert!(notices[1].contains("the whole thread"), "{}", notices[1]);
     assert_not_repeated(&p);

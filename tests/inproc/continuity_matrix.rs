@@ -129,6 +129,7 @@ async fn a_restore_given_up_after_the_default_bound_keeps_the_code_word() {
         .collect();
     assert_eq!(notices.len(), 2, "keep trying, then gave up: {notices:?}");
     assert!(notices[0].contains("keep trying"), "{}", notices[0]);
+    assert!(notices[0].contains("the whole thread"), "{}", notices[0]);
     assert!(notices[1].contains("the whole thread"), "{}", notices[1]);
     assert_eq!(s.answers_to(&question.id), 1, "the notices are not answers");
     assert!(waited < Duration::from_secs(240), "bounded: {waited:?}");

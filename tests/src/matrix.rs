@@ -398,6 +398,8 @@ struct Thread {
     root: Event,
     /// The last message (a filler), which the question answers.
     last: Event,
+    /// How many wire frames were logged before a cause posted within the thread.
+    frames_before_cause: usize,
 }
 
 /// One cell being played.
@@ -470,9 +472,13 @@ impl Cell<'_> {
             .ok_or_else(|| CellError::Setup(format!("no answer to {:?}", event.content)))
     }
 
-    /// Posts the thread; `answer` has the harness answer the message just posted.
+    /// Posts the thread; `answer` has the harness answer the message just posted. `cause`, when
+    /// given, is one more message for the agent right after the code word's answer (a cause
+    /// that is a turn of its own): the fillers then push its answer out of the window too, since
+    /// the test agent's answers list the nonces they have seen.
     fn thread(
         &mut self,
+        cause: Option<&str>,
         mut answer: impl FnMut(&Cell<'_>, &Event) -> Result<Event, CellError>,
     ) -> Result<Thread, CellError> {
         let root = self.s.post_top("a long thread starts here")?;
@@ -481,12 +487,21 @@ impl Cell<'_> {
             .s
             .post_reply(&root, &first, &format!("remember the code word {CODE}"))?;
         let mut last = answer(self, &code)?;
+        let frames_before_cause = self.frames_now();
+        if let Some(text) = cause {
+            let turn = self.s.post_reply(&root, &last, text)?;
+            last = answer(self, &turn)?;
+        }
         for i in 1..=FILLERS {
             last = self
                 .s
                 .post_chatter(&root, &last, &format!("filler message number {i}"))?;
         }
-        Ok(Thread { root, last })
+        Ok(Thread {
+            root,
+            last,
+            frames_before_cause,
+        })
     }
 
     /// The thread with a `--once` run after each mention.
@@ -496,7 +511,7 @@ impl Cell<'_> {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Result<Thread, CellError> {
-        self.thread(|cell, event| {
+        self.thread(None, |cell, event| {
             cell.once(agent_args, extra, env)?;
             cell.answered(event)
         })
@@ -504,7 +519,7 @@ impl Cell<'_> {
 
     /// The thread, answered by a long-running harness.
     fn thread_live(&mut self) -> Result<Thread, CellError> {
-        self.thread(|cell, event| cell.wait_answer(event))
+        self.thread(None, |cell, event| cell.wait_answer(event))
     }
 
     fn frames_now(&self) -> usize {
@@ -599,14 +614,12 @@ impl Cell<'_> {
 
     fn max_tokens(&mut self) -> Result<Script, CellError> {
         let live = self.live(&[], &[], &[])?;
-        let t = self.thread_live()?;
-        let at = self.frames_now();
-        let long = self.ask(&t, "write a lot !stop:max_tokens")?;
-        let long_answer = self.wait_answer(&long)?;
-        let question = self.s.post_reply(&t.root, &long_answer, QUESTION)?;
+        let long = "write a lot !stop:max_tokens";
+        let t = self.thread(Some(long), |cell, event| cell.wait_answer(event))?;
+        let question = self.ask(&t, QUESTION)?;
         let _ = wait_until(WAIT, || self.s.reply_to(&question.id));
         live.stop()?;
-        Ok(Script::new(t.root, question, at))
+        Ok(Script::new(t.root, question, t.frames_before_cause))
     }
 
     fn context_exhausted(&mut self) -> Result<Script, CellError> {
