@@ -144,7 +144,10 @@ mod tests {
         assert!(t.contains("(agent error -32603: service failure)"), "{t}");
         assert!(t.contains("up to 3 minute(s)"), "{t}");
         assert!(!t.contains("!rotate"));
-        assert!(t.contains("a new session that has only the recent messages"), "{t}");
+        assert!(
+            t.contains("a new session that has only the recent messages"),
+            "{t}"
+        );
         assert!(
             restore_retrying("x", Duration::from_secs(30), RECENT_MESSAGES, true)
                 .contains("!rotate")
