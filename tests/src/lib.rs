@@ -9,6 +9,7 @@
 //! --mutation` prove each guard fails when its patch is missing.
 
 pub mod inproc;
+pub mod matrix;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -21,11 +21,17 @@ fn minutes(d: Duration) -> u64 {
     d.as_secs().div_ceil(60).max(1)
 }
 
-/// The first failure of a streak: the harness keeps trying for a while.
-pub fn restore_retrying(detail: &str, give_up_after: Duration, owner_configured: bool) -> String {
+/// The first failure of a streak: the harness keeps trying for a while; if it gives up, the
+/// new session has `gets`.
+pub fn restore_retrying(
+    detail: &str,
+    give_up_after: Duration,
+    gets: &str,
+    owner_configured: bool,
+) -> String {
     let mut text = format!(
         "I could not reopen this thread's earlier session{}. I will keep trying for up to {} \
-         minute(s); if it still fails, I will answer in a new session with the recent messages.",
+         minute(s); if it still fails, I will answer in a new session that has {gets}.",
         quoted(detail),
         minutes(give_up_after)
     );
@@ -141,12 +147,20 @@ mod tests {
         let t = restore_retrying(
             "agent error -32603:\n  service\tfailure",
             Duration::from_secs(180),
+            RECENT_MESSAGES,
             false,
         );
         assert!(t.contains("(agent error -32603: service failure)"), "{t}");
         assert!(t.contains("up to 3 minute(s)"), "{t}");
         assert!(!t.contains("!rotate"));
-        assert!(restore_retrying("x", Duration::from_secs(30), true).contains("!rotate"));
+        assert!(
+            t.contains("a new session that has only the recent messages"),
+            "{t}"
+        );
+        assert!(
+            restore_retrying("x", Duration::from_secs(30), RECENT_MESSAGES, true)
+                .contains("!rotate")
+        );
         let long = "y".repeat(500);
         let t = restore_abandoned(&long, RECENT_MESSAGES);
         assert!(

@@ -400,9 +400,11 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                         .unwrap_or(u64::MAX),
                 });
                 if first && let Some(trigger) = trigger {
+                    let gets = self.replacement_gets();
                     let text = crate::notice::restore_retrying(
                         detail,
                         self.config.retry.give_up_after,
+                        &gets,
                         self.config.owner_configured,
                     );
                     self.notice_about(scope, trigger, NoticeCause::RestoreRetrying, text);

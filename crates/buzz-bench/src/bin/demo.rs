@@ -1,9 +1,17 @@
 //! Plays the bundled demo relay against one or more harness builds: first
-//! run, then a restart with a follow-up, and prints the conversation plus
-//! the session calls each harness made.
+//! run, then a restart with a follow-up, and prints the conversation, the
+//! session calls each harness made, and whether the agent that answered the
+//! follow-up still knew the facts the thread had told it.
+//!
+//! The bundled thread tells the agent a code word in a reply, and thirteen
+//! more replies follow before the restart: the code word is older than the
+//! context window a new session is given (the root and the last 12 replies),
+//! so only a session that survived the restart still knows it. The test
+//! agent's answer lists every nonce its session has seen (`nonces=…`).
 
 use std::path::PathBuf;
 
+use acp_test_agent::reply::nonces_in;
 use buzz_bench::{BenchError, ctx};
 use clap::Parser;
 
@@ -33,6 +41,16 @@ fn main() -> Result<(), BenchError> {
                 &format!("copying {file}"),
             )?;
         }
+        let told: Vec<String> = s
+            .events()
+            .iter()
+            .flat_map(|e| {
+                nonces_in(&e.content)
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
         let agent = s.agent_command(&args.agent, &[]);
         let harness = PathBuf::from(path);
         s.run_once_ok(&harness, &agent, &[]).map_err(BenchError)?;
@@ -64,10 +82,38 @@ fn main() -> Result<(), BenchError> {
         let frames = buzz_bench::wire(&s)?;
         let count = |m: &str| acp_test_agent::harness::count_method(&frames, m);
         println!(
-            "  session calls across the restart: session/new ×{}, session/load ×{}\n",
+            "  session calls across the restart: session/new ×{}, session/load ×{}",
             count("session/new"),
             count("session/load")
         );
+        let answer = events
+            .last()
+            .and_then(|follow_up| s.reply_to(&follow_up.id))
+            .ok_or_else(|| BenchError(format!("{label}: the follow-up was not answered")))?;
+        let known = answer_nonces(&answer.content);
+        for fact in &told {
+            let verdict = if known.contains(fact) {
+                "kept: the agent that answered after the restart knows it"
+            } else {
+                "lost: the agent that answered after the restart never saw it"
+            };
+            println!("  {fact}: {verdict}\n");
+        }
     }
     Ok(())
+}
+
+/// The nonces a test-agent answer says its session has seen (`nonces=a-1234,b-5678`; `-` for
+/// none).
+fn answer_nonces(answer: &str) -> Vec<String> {
+    answer
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("nonces="))
+        .map(|list| {
+            list.split(',')
+                .filter(|n| *n != "-")
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
