@@ -258,15 +258,29 @@ fn a_model_switch_in_place_keeps_the_code_word_and_every_session() {
     );
 }
 
-/// The owner's `!model test-large`, and the agent does not offer that model: only the addressed
-/// thread's session is replaced, retired with a handoff that carries the code word; the thread is
-/// told once; the other thread keeps its session.
+/// The owner's `!model test-large`; the agent offers it, but a prompted session cannot take it in
+/// place: only the addressed thread's session is replaced, retired with a handoff that carries
+/// the code word; the thread is told once; the other thread keeps its session.
 #[test]
 fn a_model_switch_that_needs_a_new_session_keeps_the_code_word_through_the_handoff() {
     let p = played(Cause::ModelNotInPlace);
     assert_kept(&p);
     assert_eq!(p.question_served_as(), Some("new"));
     assert_told_once(&p, "cannot switch models in place");
+    let other = p.other_thread.as_ref().expect("another thread");
+    let other_answer = p.scenario.reply_to(&other.follow_up.id).expect("answered");
+    assert_eq!(turns(&other_answer), 2, "the other thread kept its session");
+}
+
+/// The owner asks for a model the agent does not offer: a new session would not get it either,
+/// so the thread's session goes on (hot, the code word kept) and the thread is told once that
+/// the model is not offered.
+#[test]
+fn a_model_the_agent_does_not_offer_keeps_the_session_and_says_so() {
+    let p = played(Cause::ModelNotOffered);
+    assert_kept(&p);
+    assert_eq!(p.question_served_as(), Some("continued"));
+    assert_told_once(&p, "does not offer the model test-large");
     let other = p.other_thread.as_ref().expect("another thread");
     let other_answer = p.scenario.reply_to(&other.follow_up.id).expect("answered");
     assert_eq!(turns(&other_answer), 2, "the other thread kept its session");

@@ -63,8 +63,11 @@ pub enum Cause {
     /// The owner's `!model test-large` in the thread, and the agent offers the model in place;
     /// another thread goes on too.
     ModelInPlace,
-    /// The owner's `!model test-large`, and the agent does not offer that model on its sessions.
+    /// The owner's `!model test-large`; the agent offers the model but a prompted session cannot
+    /// take it in place (`--model-fixed-after-prompt`): only a new session can.
     ModelNotInPlace,
+    /// The owner's `!model test-large`, and the agent does not offer that model at all.
+    ModelNotOffered,
     /// Every restore fails without a definitive answer (`-32000`) until the harness gives up.
     RestoreGivenUp,
     /// The PostgreSQL receipt store is stopped across a restart.
@@ -75,7 +78,7 @@ pub enum Cause {
 
 impl Cause {
     /// Every row, in the order of docs/CONTINUITY.md.
-    pub const ALL: [Cause; 13] = [
+    pub const ALL: [Cause; 14] = [
         Cause::Restart,
         Cause::IdleSleep,
         Cause::AgentCrash,
@@ -86,6 +89,7 @@ impl Cause {
         Cause::ContextExhausted,
         Cause::ModelInPlace,
         Cause::ModelNotInPlace,
+        Cause::ModelNotOffered,
         Cause::RestoreGivenUp,
         Cause::StoreOutage,
         Cause::OwnerRotate,
@@ -104,6 +108,7 @@ impl Cause {
             Cause::ContextExhausted => "context exhausted",
             Cause::ModelInPlace => "!model, switchable in place",
             Cause::ModelNotInPlace => "!model, not switchable in place",
+            Cause::ModelNotOffered => "!model, a model the agent does not offer",
             Cause::RestoreGivenUp => "restore given up",
             Cause::StoreOutage => "store outage (PostgreSQL stopped)",
             Cause::OwnerRotate => "owner's !rotate",
@@ -352,7 +357,8 @@ pub fn play(build: &Build, cause: Cause) -> Result<Played, CellError> {
         Cause::MaxTokens => cell.max_tokens()?,
         Cause::ContextExhausted => cell.context_exhausted()?,
         Cause::ModelInPlace => cell.model(&[])?,
-        Cause::ModelNotInPlace => cell.model(&["--models", "test-small"])?,
+        Cause::ModelNotInPlace => cell.model(&["--model-fixed-after-prompt"])?,
+        Cause::ModelNotOffered => cell.model(&["--models", "test-small"])?,
         Cause::RestoreGivenUp => cell.restore_given_up()?,
         Cause::StoreOutage => cell.store_outage()?,
         Cause::OwnerRotate => cell.owner_rotate()?,

@@ -333,7 +333,8 @@ fn prepare(args: &Args) -> Result<(Arc<Settings>, Sessions), AgentError> {
     }
     Ok((
         Arc::new(settings),
-        Sessions::new(args.state_dir.clone(), models),
+        Sessions::new(args.state_dir.clone(), models)
+            .with_model_fixed_after_prompt(args.model_fixed_after_prompt),
     ))
 }
 

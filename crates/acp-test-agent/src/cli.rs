@@ -36,6 +36,13 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "test-small,test-large")]
     pub models: Vec<String>,
 
+    /// A session keeps the model it had at its first prompt: `session/set_config_option` for
+    /// `model` on a prompted session answers `-32603` (the value stays offered). ACP lets an
+    /// agent refuse a configuration change; this is an agent whose provider cannot switch models
+    /// within a conversation, so only a new session can take another model.
+    #[arg(long)]
+    pub model_fixed_after_prompt: bool,
+
     /// Stop reason of every prompt (`!stop:<reason>` in a prompt overrides it for that prompt).
     #[arg(long, default_value = "end_turn")]
     pub stop_reason: StopReasonName,

@@ -37,6 +37,10 @@ pub(crate) enum SessionError {
     /// The session is neither live in this process nor (for restore) on disk.
     #[error("session {0} not found")]
     NotFound(String),
+    /// `session/set_config_option` asked a prompted session to change its model
+    /// (`--model-fixed-after-prompt`).
+    #[error("this session's model cannot change after its first prompt")]
+    ModelFixed,
     /// `session/set_config_option` named an unknown option or an unoffered value.
     #[error("invalid config option {config_id}={value}: {reason}")]
     InvalidConfig {
@@ -70,6 +74,10 @@ impl From<SessionError> for Error {
                 reason,
             } => Error::invalid_params().data(
                 serde_json::json!({ "configId": config_id, "value": value, "reason": reason }),
+            ),
+            SessionError::ModelFixed => Error::new(
+                -32603,
+                "Internal error: this session's model cannot change after its first prompt",
             ),
             // claude-agent-acp's words for a prompt that does not fit (no `data`).
             SessionError::ContextFull { .. } => {
@@ -116,6 +124,8 @@ pub(crate) struct Sessions {
     table: Arc<Mutex<Table>>,
     state_dir: Arc<PathBuf>,
     models: Arc<Vec<String>>,
+    /// `--model-fixed-after-prompt`.
+    model_fixed_after_prompt: bool,
 }
 
 impl Sessions {
@@ -125,7 +135,14 @@ impl Sessions {
             table: Arc::default(),
             state_dir: Arc::new(state_dir),
             models: Arc::new(models),
+            model_fixed_after_prompt: false,
         }
+    }
+
+    /// Sessions keep their model once prompted (`--model-fixed-after-prompt`).
+    pub fn with_model_fixed_after_prompt(mut self, fixed: bool) -> Self {
+        self.model_fixed_after_prompt = fixed;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
@@ -361,6 +378,14 @@ impl Sessions {
         if !offered.contains(&value) {
             return Err(invalid("value not offered"));
         }
+        let prompted = !live.transcript.turns.is_empty();
+        if config_id == "model"
+            && self.model_fixed_after_prompt
+            && prompted
+            && value != live.transcript.model
+        {
+            return Err(SessionError::ModelFixed);
+        }
         let mut updated = live.transcript.clone();
         if config_id == "model" {
             updated.model = value;
@@ -528,6 +553,31 @@ mod tests {
             sessions
                 .begin_turn(&fresh, "all of it\n!full".into(), None)
                 .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_prompted_session_keeps_its_model_when_fixed_but_a_fresh_one_switches() {
+        let dir = tempfile::tempdir().unwrap();
+        let models = vec!["small".into(), "large".into()];
+        let sessions =
+            Sessions::new(dir.path().to_path_buf(), models).with_model_fixed_after_prompt(true);
+        let large = SessionConfigOptionValue::from("large");
+        let (fresh, _) = sessions
+            .create("/w".into(), serde_json::json!([]), None)
+            .unwrap();
+        assert!(sessions.set_config(&fresh, "model", &large).is_ok());
+        let (prompted, _) = sessions
+            .create("/w".into(), serde_json::json!([]), None)
+            .unwrap();
+        sessions.begin_turn(&prompted, "hi".into(), None).unwrap();
+        let refused = sessions.set_config(&prompted, "model", &large);
+        assert!(matches!(refused, Err(SessionError::ModelFixed)));
+        assert_eq!(Error::from(refused.unwrap_err()).code.value(), -32603);
+        let small = SessionConfigOptionValue::from("small");
+        assert!(
+            sessions.set_config(&prompted, "model", &small).is_ok(),
+            "its own model is not a change"
         );
     }
 }

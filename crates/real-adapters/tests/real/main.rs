@@ -183,17 +183,17 @@ tier! {
 
 #[test]
 #[ignore = "real adapters: run scripts/real-adapters"]
-fn claude_refused_model_switch_rotates_with_a_handoff() -> Result<()> {
+fn claude_unoffered_model_switch_keeps_the_session() -> Result<()> {
     // claude-agent-acp refuses a model value that neither is in its select nor shares a word
     // with one (it resolves "test-unlisted" to "test-large").
-    continuity::refused_model_switch_rotates_with_a_handoff(Adapter::Claude, "gpt-4o")
+    continuity::unoffered_model_switch_keeps_the_session(Adapter::Claude, "gpt-4o")
 }
 
 #[test]
 #[ignore = "real adapters: run scripts/real-adapters"]
-fn opencode_refused_model_switch_rotates_with_a_handoff() -> Result<()> {
+fn opencode_unoffered_model_switch_keeps_the_session() -> Result<()> {
     // opencode names its models `provider/model`: the bare name is not one of them.
-    continuity::refused_model_switch_rotates_with_a_handoff(Adapter::Opencode, "test-large")
+    continuity::unoffered_model_switch_keeps_the_session(Adapter::Opencode, "test-large")
 }
 
 #[test]
