@@ -91,7 +91,7 @@ pub struct ResidencyArgs {
 pub struct ContinuityArgs {
     /// What a session the harness retires is asked for its handoff to its successor.
     #[arg(long, env = "BUZZ_ACP_HANDOFF_PROMPT",
-          default_value = crate::rotation::DEFAULT_HANDOFF_INSTRUCTION, hide_default_value = true)]
+          default_value = crate::retirement::DEFAULT_HANDOFF_INSTRUCTION, hide_default_value = true)]
     pub handoff_prompt: String,
 
     /// Retire a session (with a handoff) once its reported usage reaches this share of its
@@ -126,7 +126,7 @@ impl SessionArgs {
             #[cfg(feature = "residency")]
             steer,
             #[cfg(feature = "continuity")]
-            continuity: crate::rotation::ContinuityConfig {
+            continuity: crate::retirement::ContinuityConfig {
                 max_turns,
                 rotate_at_context_percent: (self.continuity.rotate_at_context_percent > 0)
                     .then_some(self.continuity.rotate_at_context_percent),

@@ -15,7 +15,7 @@ use crate::clock::Moment;
 use crate::decision::NoticeCause;
 use crate::lifecycle::Lifecycle;
 use crate::reach::{ModelSwitch, Plan, Reach};
-use crate::rotation::RetireReason;
+use crate::retirement::RetireReason;
 use crate::scope::{Input, Scope};
 use crate::telemetry::Record;
 

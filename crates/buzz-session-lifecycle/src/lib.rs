@@ -14,7 +14,7 @@
 //! | `capability-gate` | `load-session-capability-gate` | only advertised restore and close methods |
 //! | `delta-context` | `delta-context-delivery` | the delivery ledger persisted and re-seeded |
 //! | `residency` | `resident-background-controllers` | `residency`: hot follow-ups |
-//! | `continuity` | `continuity-handoff` | `rotation`, `exhaustion`: durable limits, handoffs, whole thread |
+//! | `continuity` | `continuity-handoff` | `rotation`, `retirement`, `exhaustion`: durable limits, handoffs, whole thread |
 //! | `config-in-place` | `model-switch-in-place` | `config_change`: `!model` applied in place per thread |
 //!
 //! The pure core, one concept per module:
@@ -26,14 +26,16 @@
 //! | [`outcome`] | what a turn task reports and how a turn ended |
 //! | [`settlement`] | the ledger committed after a successful turn (bounded here only) |
 //! | [`release`] | abandoning and releasing sessions |
-//! | `residency` | resident sessions (feature `residency`) |
+//! | `residency`, `residents` | resident sessions: the rules, and the LRU table they consult (feature `residency`) |
 //! | [`retry`] | bounded retries of an undecided restore |
 //! | [`receipt_view`] | what the lifecycle knows of a receipt; write conditions |
 //! | [`lifecycle`] | [`Lifecycle`]: the per-scope phases tying these together |
+//! | `phase` | the phases themselves, a settling turn included |
 //! | [`decision`], [`telemetry`] | what the harness executes, what the driver executes, what happened |
 //! | [`classify`] | what an agent's error says about a stored session (gone or not) |
 //! | [`gate`] | which session methods the agent advertised, read by the negotiated ACP version |
 //! | [`notice`] | what a thread is told |
+//! | [`test_values`], [`testing`] | plain test values; the in-memory receipt store |
 //!
 //! The imperative shell: [`driver`] (clock, mailbox, record sink), [`store_io`] with
 //! [`write_queue`] and [`receipts`] (the store off the event loop), [`dispatch`] (queue → turns,
@@ -62,6 +64,10 @@ pub mod receipts;
 pub mod release;
 #[cfg(feature = "residency")]
 pub mod residency;
+#[cfg(feature = "residency")]
+pub mod residents;
+#[cfg(feature = "continuity")]
+pub mod retirement;
 pub mod retry;
 #[cfg(feature = "continuity")]
 pub mod rotation;
@@ -70,6 +76,7 @@ pub mod session_config;
 pub mod settlement;
 pub mod store_io;
 pub mod telemetry;
+pub mod test_values;
 pub mod testing;
 pub mod wire;
 pub mod write_queue;
@@ -83,8 +90,9 @@ pub use dispatch::{Claimed, Inbox, Step, Workers};
 pub use driver::Driver;
 pub use gate::{AgentCaps, Negotiated, RestoreMethod, restore_method};
 pub use lifecycle::{Lifecycle, LifecycleConfig, close_allowed};
+pub use mailbox::Opened;
 pub use mailbox::{Mailbox, Report, Reporter};
-pub use outcome::{AfterTurn, Delivered, Opened, TurnOutcome};
+pub use outcome::{AfterTurn, Delivered, TurnOutcome};
 pub use placement::{Placed, Ready, SlotView, StoreHealth, Target};
 pub use reach::{ColdReason, Plan, Reach, ReachKind, restore_params, scope_meta};
 pub use retry::RetryPolicy;

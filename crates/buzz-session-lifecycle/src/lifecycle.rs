@@ -54,7 +54,7 @@ pub struct LifecycleConfig {
     pub max_residents: usize,
     /// Durable limits, handoffs and whole-thread replacements.
     #[cfg(feature = "continuity")]
-    pub continuity: crate::rotation::ContinuityConfig,
+    pub continuity: crate::retirement::ContinuityConfig,
     /// Mid-turn input is steered into the running turn (`--multiple-event-handling steer`).
     #[cfg(feature = "residency")]
     pub steer: bool,
@@ -71,7 +71,7 @@ impl Default for LifecycleConfig {
             #[cfg(feature = "residency")]
             steer: true,
             #[cfg(feature = "continuity")]
-            continuity: crate::rotation::ContinuityConfig::default(),
+            continuity: crate::retirement::ContinuityConfig::default(),
         }
     }
 }
@@ -105,7 +105,7 @@ pub struct Lifecycle<K, I> {
     /// The configuration a new session would get now.
     pub(crate) session: SessionConfig,
     #[cfg(feature = "residency")]
-    pub(crate) residents: crate::residency::Residents<K>,
+    pub(crate) residents: crate::residents::Residents<K>,
     next_start: u64,
     pub(crate) out: Outbox<K, I>,
 }
@@ -115,7 +115,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     pub fn new(config: LifecycleConfig) -> Self {
         Lifecycle {
             #[cfg(feature = "residency")]
-            residents: crate::residency::Residents::new(config.max_residents),
+            residents: crate::residents::Residents::new(config.max_residents),
             config,
             scopes: BTreeMap::new(),
             session: SessionConfig::default(),

@@ -7,7 +7,39 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::gate::RestoreMethod;
-use crate::outcome::Opened;
+
+/// A session a turn task opened, reported as soon as it is open (before the prompt), so the
+/// receipt is written even if the process stops in the middle of a long turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Opened {
+    /// `session/new` succeeded.
+    Created {
+        /// The new session id.
+        session_id: String,
+        /// The model actually applied (`None`: the agent's default, also when it rejected the
+        /// requested one).
+        model: Option<String>,
+        /// The permission mode actually applied (`None`: the agent's default).
+        permission_mode: Option<String>,
+    },
+    /// The stored session was reopened.
+    Restored {
+        /// Its id.
+        session_id: String,
+        /// The method actually sent.
+        method: RestoreMethod,
+    },
+    /// The agent answered that it no longer has the stored session: the turn opens a new one,
+    /// and the thread is told its earlier context is gone.
+    Lost {
+        /// The stored session.
+        session_id: String,
+        /// The method that was sent.
+        method: RestoreMethod,
+        /// What the agent said.
+        detail: String,
+    },
+}
 
 /// What a turn task reports.
 #[derive(Clone, Debug, PartialEq, Eq)]

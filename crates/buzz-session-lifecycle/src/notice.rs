@@ -75,10 +75,10 @@ pub fn whole_thread(budget_bytes: usize) -> String {
 /// A retired session handed off: the new session starts from its handoff.
 #[cfg(feature = "continuity")]
 pub fn handed_off(
-    reason: crate::rotation::RetireReason,
-    config: &crate::rotation::ContinuityConfig,
+    reason: crate::retirement::RetireReason,
+    config: &crate::retirement::ContinuityConfig,
 ) -> String {
-    use crate::rotation::RetireReason;
+    use crate::retirement::RetireReason;
     let why = match reason {
         RetireReason::TurnLimit => match config.max_turns {
             Some(max) => format!("reached its limit of {max} turns"),

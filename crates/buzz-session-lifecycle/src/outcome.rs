@@ -5,46 +5,13 @@ use crate::clock::Moment;
 use crate::decision::NoticeCause;
 use crate::gate::RestoreMethod;
 use crate::lifecycle::Lifecycle;
-use crate::phase::{Phase, TaskSaid};
+use crate::mailbox::Opened;
+use crate::phase::{Phase, Settle, TaskSaid};
 use crate::reach::NextSession;
 use crate::receipt_view::Belief;
 use crate::retry::AfterFailure;
 use crate::scope::{Input, Scope};
-use crate::settlement::Settle;
 use crate::telemetry::Record;
-
-/// A session a turn task opened, reported as soon as it is open (before the prompt), so the
-/// receipt is written even if the process stops in the middle of a long turn.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Opened {
-    /// `session/new` succeeded.
-    Created {
-        /// The new session id.
-        session_id: String,
-        /// The model actually applied (`None`: the agent's default, also when it rejected the
-        /// requested one).
-        model: Option<String>,
-        /// The permission mode actually applied (`None`: the agent's default).
-        permission_mode: Option<String>,
-    },
-    /// The stored session was reopened.
-    Restored {
-        /// Its id.
-        session_id: String,
-        /// The method actually sent.
-        method: RestoreMethod,
-    },
-    /// The agent answered that it no longer has the stored session: the turn opens a new one,
-    /// and the thread is told its earlier context is gone.
-    Lost {
-        /// The stored session.
-        session_id: String,
-        /// The method that was sent.
-        method: RestoreMethod,
-        /// What the agent said.
-        detail: String,
-    },
-}
 
 /// How a turn ended, in the lifecycle's terms.
 #[derive(Clone, Debug, PartialEq)]
@@ -265,7 +232,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                     scope,
                     slot,
                     &stale,
-                    crate::residency::DisposeReason::AgentExit,
+                    crate::residents::DisposeReason::AgentExit,
                 );
                 self.record(Record::PlanStale {
                     scope: scope.label(),
@@ -289,7 +256,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             {
                 #[cfg(feature = "residency")]
                 if let Some(session_id) = &running.session_id {
-                    let reason = crate::residency::DisposeReason::Cancelled;
+                    let reason = crate::residents::DisposeReason::Cancelled;
                     self.drop_live(scope, slot, session_id, reason);
                 }
             }
@@ -335,7 +302,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 let _ = failure;
                 #[cfg(feature = "residency")]
                 if let Some(session_id) = &running.session_id {
-                    let reason = crate::residency::DisposeReason::TurnFailed;
+                    let reason = crate::residents::DisposeReason::TurnFailed;
                     self.drop_live(scope, slot, session_id, reason);
                 }
             }

@@ -5,7 +5,23 @@ use crate::reach::{NextSession, Plan};
 use crate::receipt_view::{Belief, ReceiptView};
 use crate::retry::Streak;
 use crate::session_config::SessionConfig;
-use crate::settlement::Settle;
+
+/// A successful turn waiting for its reply to be published and its ledger to be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Settle {
+    /// The worker the turn ran on (its ledger is read there).
+    pub(crate) slot: usize,
+    /// The session that answered.
+    pub(crate) session_id: String,
+    /// Ids of the turn's context window.
+    pub(crate) window: Vec<String>,
+    /// Ids of the turn's triggers.
+    pub(crate) triggers: Vec<String>,
+    /// The published reply's id.
+    pub(crate) reply: Option<String>,
+    /// The turn gave its session a pending handoff (which the receipt may now forget).
+    pub(crate) handoff_delivered: bool,
+}
 
 /// What a scope is doing now. Its pending input is not here: it waits in the harness's queue
 /// until the scope starts a turn.

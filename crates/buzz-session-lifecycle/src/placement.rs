@@ -84,7 +84,7 @@ pub enum Placed<K> {
     WaitForResident(K, usize),
     /// Dispose its resident first (it can no longer be continued); placed again afterwards.
     #[cfg(feature = "residency")]
-    Dispose(K, crate::residency::DisposeReason),
+    Dispose(K, crate::residents::DisposeReason),
 }
 
 impl<K: Scope, I: Input> Lifecycle<K, I> {
@@ -244,7 +244,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     /// removed the receipt, and the next session's receipt is written as new.
     pub fn forgotten(&mut self, scope: &K) {
         #[cfg(feature = "residency")]
-        self.dispose(scope, crate::residency::DisposeReason::Forgotten);
+        self.dispose(scope, crate::residents::DisposeReason::Forgotten);
         // A turn running now continues the forgotten session or opens one under the old receipt:
         // its answer stands, but its session is released, never kept.
         self.mark_abandoned(scope);
@@ -328,11 +328,12 @@ mod tests {
     use super::*;
     use crate::decision::{Command, StoreOp};
     use crate::lifecycle::LifecycleConfig;
-    use crate::outcome::{Opened, TurnOutcome};
+    use crate::mailbox::Opened;
+    use crate::outcome::TurnOutcome;
     use crate::reach::{ColdReason, Plan, Reach};
     use crate::receipt_view::Expect;
     use crate::telemetry::Record;
-    use crate::testing::{Msg, TestScope};
+    use crate::test_values::{Msg, TestScope};
 
     type Life = Lifecycle<TestScope, Msg>;
 

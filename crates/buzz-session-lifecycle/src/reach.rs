@@ -113,7 +113,7 @@ pub enum NextSession {
     #[cfg(feature = "continuity")]
     Retire {
         /// Why.
-        reason: crate::rotation::RetireReason,
+        reason: crate::retirement::RetireReason,
     },
     /// The next session is new and starts from `context`, because of `reason`.
     #[cfg(feature = "continuity")]
@@ -149,7 +149,7 @@ pub struct RetireStep {
     /// How the old session is reached: hot (live on the worker) or warm (reopened first).
     pub from: Reach,
     /// Why it is retired (for the receipt and the thread).
-    pub reason: crate::rotation::RetireReason,
+    pub reason: crate::retirement::RetireReason,
     /// What the old session is asked.
     pub instruction: String,
 }
@@ -380,7 +380,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::testing::TestScope;
+    use crate::test_values::TestScope;
 
     fn config() -> SessionConfig {
         SessionConfig {

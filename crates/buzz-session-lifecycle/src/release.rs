@@ -20,7 +20,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     /// too.
     pub fn abandon(&mut self, scope: &K, live: Vec<(usize, String)>, now: crate::clock::Moment) {
         #[cfg(feature = "residency")]
-        self.dispose(scope, crate::residency::DisposeReason::Abandoned);
+        self.dispose(scope, crate::residents::DisposeReason::Abandoned);
         for (slot, session_id) in live {
             self.release(scope, slot, &session_id);
         }

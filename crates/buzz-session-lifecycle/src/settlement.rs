@@ -6,25 +6,8 @@ use buzz_session_store::{DeliveryRecord, TurnCommit};
 use crate::decision::StoreOp;
 use crate::lifecycle::Lifecycle;
 use crate::outcome::Delivered;
-use crate::phase::Phase;
+use crate::phase::{Phase, Settle};
 use crate::scope::{Input, Scope};
-
-/// A successful turn waiting for its reply to be published and its ledger to be read.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Settle {
-    /// The worker the turn ran on (its ledger is read there).
-    pub(crate) slot: usize,
-    /// The session that answered.
-    pub(crate) session_id: String,
-    /// Ids of the turn's context window.
-    pub(crate) window: Vec<String>,
-    /// Ids of the turn's triggers.
-    pub(crate) triggers: Vec<String>,
-    /// The published reply's id.
-    pub(crate) reply: Option<String>,
-    /// The turn gave its session a pending handoff (which the receipt may now forget).
-    pub(crate) handoff_delivered: bool,
-}
 
 /// The ledger worth persisting: of everything the session has been shown, only what can still
 /// appear in a context window — the turn's window, its triggers and its reply. Older ids have

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::gate::RestoreMethod;
 use crate::reach::{ColdReason, ReachKind};
 #[cfg(feature = "residency")]
-use crate::residency::DisposeReason;
+use crate::residents::DisposeReason;
 
 /// A telemetry record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -113,7 +113,7 @@ pub enum Record {
         /// The session.
         session_id: String,
         /// Why.
-        reason: crate::rotation::RetireReason,
+        reason: crate::retirement::RetireReason,
     },
     /// A retiring session handed off to its successor.
     #[cfg(feature = "continuity")]

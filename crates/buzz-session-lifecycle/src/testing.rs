@@ -19,68 +19,10 @@ use buzz_session_store::{
 };
 
 use crate::receipts::{Condition, Receipts, Written, store_key};
-use crate::scope::{Input, Scope};
+use crate::scope::Scope;
 use crate::store_io::Opener;
+pub use crate::test_values::{Msg, TestScope};
 use crate::write_queue::Target;
-
-/// A test scope: a channel name and an optional thread root.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TestScope {
-    /// The channel.
-    pub channel: String,
-    /// The thread root, for thread scopes.
-    pub root: Option<String>,
-}
-
-impl TestScope {
-    /// A thread `root` of channel `channel`.
-    pub fn thread(channel: &str, root: &str) -> Self {
-        TestScope {
-            channel: channel.to_string(),
-            root: Some(root.to_string()),
-        }
-    }
-
-    /// The conversation of channel `channel`.
-    pub fn conversation(channel: &str) -> Self {
-        TestScope {
-            channel: channel.to_string(),
-            root: None,
-        }
-    }
-}
-
-impl Scope for TestScope {
-    fn channel(&self) -> &str {
-        &self.channel
-    }
-    fn thread_root(&self) -> Option<&str> {
-        self.root.as_deref()
-    }
-    fn label(&self) -> String {
-        match &self.root {
-            Some(root) => format!("thread:{root}"),
-            None => "conversation".to_string(),
-        }
-    }
-}
-
-/// A test message: just an id.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Msg(pub String);
-
-impl Msg {
-    /// A message with id `id`.
-    pub fn new(id: &str) -> Self {
-        Msg(id.to_string())
-    }
-}
-
-impl Input for Msg {
-    fn id(&self) -> &str {
-        &self.0
-    }
-}
 
 /// How many calls reached a [`MemoryReceipts`] (a stalled call counts once it is let through; a
 /// call refused because the store is down counts under `failed` only).

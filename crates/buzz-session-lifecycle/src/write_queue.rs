@@ -231,7 +231,7 @@ impl<K> WriteQueue<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::TestScope;
+    use crate::test_values::TestScope;
 
     fn put(session: &str, expect: Expect, at: u64) -> Write {
         Write {
