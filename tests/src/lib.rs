@@ -9,6 +9,7 @@
 //! --mutation` prove each guard fails when its patch is missing.
 
 pub mod inproc;
+pub mod outage;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
