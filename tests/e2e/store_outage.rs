@@ -25,7 +25,7 @@
 
 use std::path::Path;
 
-use buzz_acp::testing::GENERAL;
+use buzz_acp::testing::{DIRECT, GENERAL};
 use buzz_acp_fork_tests::outage::*;
 use buzz_acp_fork_tests::*;
 use buzz_session_store::{Expect, PutOutcome, ReceiptStore, UnixMillis};
@@ -289,15 +289,18 @@ fn a_replayed_write_never_overwrites_a_receipt_another_harness_wrote_meanwhile()
 }
 
 /// The database is down when the harness starts (the server is stopped): the harness starts
-/// anyway and answers a new thread's root. When the server comes back, the harness attaches to
-/// it: the thread's receipt appears, and the observer recorded the outage once, down then up.
+/// anyway. A new thread's root is answered at once (nothing can be stored for it). A direct
+/// message needs its conversation's receipt, which cannot be read: after the 1 s the harness
+/// allows, it is answered from a new session, with the notice. When the server comes back, the
+/// harness attaches to it: both receipts appear, and the observer recorded the outage once, down
+/// then up.
 #[test]
 fn the_harness_serves_with_the_store_down_at_startup_and_attaches_when_it_returns() {
     let mut pg = pg_server();
     let url = pg.url();
     pg.stop().expect("stop the database");
     let (_dir, mut s) = scenario();
-    let harness = start_with(&s, &[store_at(&url)]);
+    let harness = start_with(&s, &[store_at(&url), store_wait_secs("1")]);
     let a = s.post_top("a new thread while the store is down").unwrap();
     let ra = wait_answer(&s, &a);
     assert_eq!(turns(&ra), 1);
@@ -305,14 +308,30 @@ fn the_harness_serves_with_the_store_down_at_startup_and_attaches_when_it_return
         notices_in_thread(&s, &a).is_empty(),
         "a thread's root needs no receipt: nothing to tell"
     );
-    let session = session_order(&wire(&s))[0].clone();
+    let a_session = session_order(&wire(&s))[0].clone();
+
+    let d = post_dm(&mut s, "a direct message while the store is down");
+    let rd = wait_answer(&s, &d);
+    assert_eq!(turns(&rd), 1);
+    let notices = notices_in_thread(&s, &d);
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(
+        notices[0].content,
+        buzz_session_lifecycle::notice::store_unavailable()
+    );
+    let d_session = session_order(&wire(&s))[1].clone();
 
     pg.restart().expect("restart the database");
-    wait_for_store(
+    let stored = wait_for_store(
         || pg_receipts(&url, &s),
-        |r| (sessions_by_channel(r).get(GENERAL) == Some(&session)).then_some(()),
+        |r| {
+            let by_channel = sessions_by_channel(r);
+            (by_channel.len() == 2).then_some(by_channel)
+        },
     )
-    .expect("the harness attaches to the store: the receipt appears");
+    .expect("the harness attaches to the store: the receipts appear");
+    assert_eq!(stored[GENERAL], a_session);
+    assert_eq!(stored[DIRECT], d_session);
     assert_eq!(store_health(&s), [false, true], "one outage, recorded once");
     harness.stop();
 }

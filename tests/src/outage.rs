@@ -75,6 +75,18 @@ pub fn post_top_in_ops(s: &mut Scenario, text: &str) -> Event {
     .expect("post in #ops")
 }
 
+/// A direct message to the agent: its scope is the whole DM conversation, so its turn needs the
+/// conversation's receipt.
+pub fn post_dm(s: &mut Scenario, text: &str) -> Event {
+    s.post_with(|at| {
+        EventBuilder::message(USER, &direct(), text)
+            .created_at(at)
+            .mention(AGENT)
+            .build()
+    })
+    .expect("post a direct message")
+}
+
 // ----- the harness, configured through its environment ---------------------------------------
 
 /// A harness running in the background with extra environment; killed when dropped.
