@@ -443,7 +443,7 @@ fn a_harness_killed_with_writes_outstanding_loses_no_reply_and_answers_nothing_t
 
     assert_eq!(
         restored_sessions(&wire(&s)),
-        [a_session.clone()],
+        [a_session],
         "A's session reopened from the receipt the store still had"
     );
     assert_eq!(
