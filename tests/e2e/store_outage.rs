@@ -468,3 +468,53 @@ fn a_harness_killed_with_writes_outstanding_loses_no_reply_and_answers_nothing_t
     .expect("B's new session is recorded");
     restarted.stop();
 }
+
+/// With the whole series, a turn's delivery ledger is committed to the receipt. The commits of
+/// three hot follow-ups made while the database is frozen wait as one write for the thread (the
+/// thread's latest state), survive the failure of the first attempt, and land once the database
+/// thaws: the stored ledger names every follow-up and its answer.
+///
+/// Not a guard of `session-store-resume`: without `delta-context-delivery` no ledger is committed
+/// after a turn, so with only the first patches there is nothing to observe. It runs with the
+/// whole tree's tests.
+#[test]
+fn ledger_commits_queued_while_the_database_is_frozen_land_as_the_threads_latest_state() {
+    let pg = pg_server();
+    let url = pg.url();
+    let (_dir, mut s) = scenario();
+    let harness = start_with(&s, &[store_at(&url)]);
+    let a = s.post_top("thread A: remember alpha-7301").unwrap();
+    let mut last = wait_answer(&s, &a);
+    let a_session = session_order(&wire(&s))[0].clone();
+    wait_stored(|| pg_receipts(&url, &s), &a_session);
+
+    pg.freeze().expect("freeze the database");
+    let mut delivered = Vec::new();
+    for text in ["one", "two", "three"] {
+        let q = s.post_reply(&a, &last, text).unwrap();
+        last = wait_answer(&s, &q);
+        delivered.push(q.id.clone());
+        delivered.push(last.id.clone());
+    }
+    wait_for_store_down(&s);
+    pg.thaw().expect("thaw the database");
+
+    let trigger = delivered[delivered.len() - 2].clone();
+    let ledger = wait_for_store(
+        || pg_receipts(&url, &s),
+        |r| {
+            let receipt = r.iter().find(|r| r.key.channel_id() == GENERAL)?;
+            let ids = &receipt.record.delivery.as_ref()?.delivered_event_ids;
+            ids.contains(&trigger).then(|| ids.clone())
+        },
+    )
+    .expect("the last follow-up's ledger commit lands once the database answers again");
+    for id in &delivered {
+        assert!(ledger.contains(id), "{id} missing from {ledger:?}");
+    }
+    assert_eq!(
+        sessions_by_channel(&pg_receipts(&url, &s))[GENERAL],
+        a_session
+    );
+    harness.stop();
+}
