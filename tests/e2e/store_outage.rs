@@ -79,7 +79,10 @@ fn wait_for_store_down(s: &Scenario) {
 /// A long-running harness on a private PostgreSQL store answers thread A; then the database is
 /// frozen (it accepts connections and never answers). A's follow-up continues hot on the live
 /// session, and a new thread B is answered from a new session, both while the database is still
-/// frozen. Once it thaws, B's receipt reaches the store and A's still names A's session.
+/// frozen. The outage lasts until the harness has seen B's receipt write fail (and recorded the
+/// store as down), and A's next follow-up is answered hot then too. Once the database thaws, B's
+/// receipt reaches the store by the replay, A's still names A's session, and the harness recorded
+/// the outage once.
 #[test]
 fn hot_follow_ups_and_new_threads_are_answered_while_the_database_is_frozen() {
     let pg = pg_server();
