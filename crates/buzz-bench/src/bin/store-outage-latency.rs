@@ -28,8 +28,10 @@
 //! the order favours a side. A follow-up is timed from appending it to the relay until
 //! its reply is visible there (the harness polls the relay every 2 ms, the timer every 1 ms); the
 //! harness's pick-up is the time from appending it until the agent read its `session/prompt`
-//! (the wire log's wall clock). Every timed follow-up must have been served hot (no
-//! `session/new`, `session/load` or `session/resume` on the wire), or the run is an error.
+//! (the wire log's wall clock). After each follow-up the run pauses 50 ms, so a receipt write
+//! of the up side has landed before the other side is timed. Every timed follow-up must have
+//! been served hot (no `session/new`, `session/load` or `session/resume` on the wire), or the
+//! run is an error.
 //!
 //! ```sh
 //! store-outage-latency --harness target/patched/buzz-acp --agent target/debug/acp-test-agent
@@ -64,6 +66,10 @@ struct Args {
 /// How long the run waits for the harness's queued writes after a thaw: a write in flight when
 /// the database froze first runs into its 10 s deadline, and replays back off up to 30 s.
 const CATCH_UP: Duration = Duration::from_secs(120);
+
+/// The pause after each follow-up (a receipt write to a server that answers takes a few
+/// milliseconds).
+const SETTLE: Duration = Duration::from_millis(50);
 
 /// Untimed follow-ups before each timed block.
 const WARM_UP: usize = 2;
@@ -146,6 +152,9 @@ impl Thread<'_> {
             .map(|f| f.ts_ms)
             .ok_or_else(|| BenchError(format!("no session/prompt for {text:?}")))?;
         self.last = answer;
+        // Let the turn's own receipt write finish (with the store up) before anything else is
+        // timed, so it does not compete with the next follow-up, whichever side that is.
+        std::thread::sleep(SETTLE);
         Ok(Sample {
             wall,
             pickup_ms: prompt_ms.saturating_sub(posted_ms),
