@@ -68,7 +68,7 @@ fn rotate_closes_the_abandoned_session_only_when_advertised() {
         let running = start(&s, agent_args, &[]);
         let root = s.post_top("start").unwrap();
         let r1 = s.wait_for_reply(&root.id, WAIT).unwrap();
-        let abandoned = stored_sessions(&s).into_values().next().unwrap();
+        let abandoned = stored_sessions_once(&s, 1).into_values().next().unwrap();
         let rot = s.post_reply_as(OWNER, &root, &r1, "!rotate").unwrap();
         s.wait_for_reply(&rot.id, WAIT).expect("rotate notice");
         let q = s.post_reply(&root, &r1, "again").unwrap();

@@ -52,7 +52,7 @@ fn after_an_idle_pool_sleep_each_thread_loads_its_own_session() {
         (!s.observer_records("pool_sleep").is_empty()).then_some(())
     })
     .expect("the pool sleeps");
-    let receipts = stored_sessions(&s);
+    let receipts = stored_sessions_once(&s, 2);
     // Both follow-ups at once: the one worker serves A, then B, with no quiet second between
     // them in which the pool could sleep again.
     let qa = s.post_reply(&a, &ra, "A after the sleep").unwrap();
@@ -119,7 +119,7 @@ fn removal_from_a_channel_forgets_every_thread_of_it() {
         })
         .unwrap();
     s.wait_for_reply(&dm.id, WAIT).unwrap();
-    assert_eq!(stored_sessions(&s).len(), 3);
+    stored_sessions_once(&s, 3);
     s.post_removal().unwrap();
     wait_until(WAIT, || (stored_sessions(&s).len() == 1).then_some(()))
         .expect("the channel's receipts are removed");

@@ -49,16 +49,17 @@ fn session_setups(frames: &[WireFrame]) -> usize {
 }
 
 /// Waits (bounded by [`WAIT`]: the store is up) until the scenario's receipt in `#general` names
-/// `session`.
+/// `session`, and asserts that it does.
 fn wait_stored(receipts: impl Fn() -> Vec<buzz_session_store::StoredReceipt>, session: &str) {
-    wait_until(WAIT, || {
-        (sessions_by_channel(&receipts())
-            .get(GENERAL)
-            .map(String::as_str)
-            == Some(session))
-        .then_some(())
-    })
-    .unwrap_or_else(|| panic!("the receipt of session {session} is not in the store"));
+    let in_general = || sessions_by_channel(&receipts()).get(GENERAL).cloned();
+    let _ = wait_until(WAIT, || {
+        (in_general().as_deref() == Some(session)).then_some(())
+    });
+    assert_eq!(
+        in_general().as_deref(),
+        Some(session),
+        "the thread's receipt is in the store"
+    );
 }
 
 /// The harness's store health records (`store_health`), in order: `true` when the store
@@ -70,10 +71,15 @@ fn store_health(s: &Scenario) -> Vec<bool> {
         .collect()
 }
 
-/// Waits until the harness has found the store unavailable (a receipt write failed).
+/// Waits until the harness has found the store unavailable (a receipt write failed), and asserts
+/// that it did.
 fn wait_for_store_down(s: &Scenario) {
-    wait_until(CATCH_UP, || store_health(s).contains(&false).then_some(()))
-        .expect("the harness finds the store unavailable");
+    let _ = wait_until(CATCH_UP, || store_health(s).contains(&false).then_some(()));
+    assert_ne!(
+        store_health(s).iter().filter(|up| !**up).count(),
+        0,
+        "the harness finds the store unavailable"
+    );
 }
 
 /// A long-running harness on a private PostgreSQL store answers thread A; then the database is
@@ -130,17 +136,15 @@ fn hot_follow_ups_and_new_threads_are_answered_while_the_database_is_frozen() {
 
     // Every answer was published while the database was frozen: it thaws only now.
     pg.thaw().expect("thaw the database");
-    let stored = wait_for_store(
-        || pg_receipts(&url, &s),
-        |r| {
-            let by_channel = sessions_by_channel(r);
-            by_channel.contains_key(OPS).then_some(by_channel)
-        },
-    )
-    .expect("B's receipt reaches the store once the database answers again");
-    assert_eq!(stored[OPS], b_session);
+    let stored = sessions_when(|| pg_receipts(&url, &s), |m| m.contains_key(OPS));
     assert_eq!(
-        stored[GENERAL], a_session,
+        stored.get(OPS),
+        Some(&b_session),
+        "B's receipt reaches the store once the database answers again"
+    );
+    assert_eq!(
+        stored.get(GENERAL),
+        Some(&a_session),
         "A's receipt still names A's session"
     );
     assert_eq!(
@@ -162,8 +166,8 @@ fn a_follow_up_whose_receipt_cannot_be_read_goes_on_in_a_new_session_that_become
     let url = pg.url();
     let (_dir, mut s) = scenario();
     let root = s.post_top("remember alpha-7301").unwrap();
-    run_once_with(&s, &[store_at(&url)]);
-    let r1 = answer_to(&s, &root.id).expect("the first answer");
+    run_once_env(&s, &[], &[], &[store_at(&url)]);
+    let r1 = wait_answer(&s, &root);
     let old = session_order(&wire(&s))[0].clone();
     wait_stored(|| pg_receipts(&url, &s), &old);
 
@@ -197,16 +201,17 @@ fn a_follow_up_whose_receipt_cannot_be_read_goes_on_in_a_new_session_that_become
     );
 
     pg.thaw().expect("thaw the database");
-    wait_for_store(
-        || pg_receipts(&url, &s),
-        |r| (sessions_by_channel(r).get(GENERAL) == Some(&new)).then_some(()),
-    )
-    .expect("the new session's receipt is written once the database answers again");
+    let stored = sessions_when(|| pg_receipts(&url, &s), |m| m.get(GENERAL) == Some(&new));
+    assert_eq!(
+        stored.get(GENERAL),
+        Some(&new),
+        "the new session's receipt is written once the database answers again"
+    );
     harness.stop();
 
     let q4 = s.post_reply(&root, &r3, "still there?").unwrap();
-    run_once_with(&s, &[store_at(&url)]);
-    let r4 = answer_to(&s, &q4.id).expect("answered after the restart");
+    run_once_env(&s, &[], &[], &[store_at(&url)]);
+    let r4 = wait_answer(&s, &q4);
     assert_eq!(
         restored_sessions(&wire(&s)),
         [new],
@@ -237,8 +242,8 @@ fn a_replayed_write_never_overwrites_a_receipt_another_harness_wrote_meanwhile()
     let url = url_as(&admin, "harness");
     let (_dir, mut s) = scenario();
     let root = s.post_top("remember alpha-7301").unwrap();
-    run_once_with(&s, &[store_at(&url)]);
-    let r1 = answer_to(&s, &root.id).expect("the first answer");
+    run_once_env(&s, &[], &[], &[store_at(&url)]);
+    let r1 = wait_answer(&s, &root);
     let first = session_order(&wire(&s))[0].clone();
     wait_stored(|| pg_receipts(&admin, &s), &first);
 
@@ -276,11 +281,19 @@ fn a_replayed_write_never_overwrites_a_receipt_another_harness_wrote_meanwhile()
     sql(&admin, "ALTER ROLE harness LOGIN;");
     // The harness replays its queued write as soon as it can log in again: the store refuses it
     // (the receipt was written after the harness decided) and the harness records the refusal.
-    let conflict = wait_until(CATCH_UP, || {
+    let _ = wait_until(CATCH_UP, || {
         s.observer_records("receipt_conflict").into_iter().next()
-    })
-    .expect("the harness replayed its write");
-    assert_eq!(conflict["storedSessionId"], "session-of-another-harness");
+    });
+    let refused: Vec<serde_json::Value> = s
+        .observer_records("receipt_conflict")
+        .iter()
+        .map(|r| r["storedSessionId"].clone())
+        .collect();
+    assert_eq!(
+        refused,
+        ["session-of-another-harness"],
+        "the harness replayed its write and the store refused it"
+    );
     let by_channel = sessions_by_channel(&pg_receipts(&admin, &s));
     assert_eq!(by_channel[GENERAL], "session-of-another-harness");
     harness.stop();
@@ -325,16 +338,17 @@ fn the_harness_serves_with_the_store_down_at_startup_and_attaches_when_it_return
     let d_session = session_order(&wire(&s))[1].clone();
 
     pg.restart().expect("restart the database");
-    let stored = wait_for_store(
-        || pg_receipts(&url, &s),
-        |r| {
-            let by_channel = sessions_by_channel(r);
-            (by_channel.len() == 2).then_some(by_channel)
-        },
-    )
-    .expect("the harness attaches to the store: the receipts appear");
-    assert_eq!(stored[GENERAL], a_session);
-    assert_eq!(stored[DIRECT], d_session);
+    let stored = sessions_when(|| pg_receipts(&url, &s), |m| m.len() == 2);
+    assert_eq!(
+        stored.get(GENERAL),
+        Some(&a_session),
+        "the harness attaches to the store: the thread's receipt appears"
+    );
+    assert_eq!(
+        stored.get(DIRECT),
+        Some(&d_session),
+        "and the conversation's"
+    );
     assert_eq!(store_health(&s), [false, true], "one outage, recorded once");
     harness.stop();
 }
@@ -374,16 +388,13 @@ fn a_sqlite_write_lock_held_by_another_process_holds_up_no_turn() {
     wait_for_store_down(&s);
     // Both answers were published while the other process held the lock: it lets go only now.
     lock.release();
-    let stored = wait_for_store(
-        || sqlite_receipts(&s),
-        |r| {
-            let by_channel = sessions_by_channel(r);
-            by_channel.contains_key(OPS).then_some(by_channel)
-        },
-    )
-    .expect("B's receipt lands once the lock is released");
-    assert_eq!(stored[OPS], b_session);
-    assert_eq!(stored[GENERAL], a_session);
+    let stored = sessions_when(|| sqlite_receipts(&s), |m| m.contains_key(OPS));
+    assert_eq!(
+        stored.get(OPS),
+        Some(&b_session),
+        "B's receipt lands once the lock is released"
+    );
+    assert_eq!(stored.get(GENERAL), Some(&a_session));
     harness.stop();
 }
 
@@ -464,11 +475,8 @@ fn a_harness_killed_with_writes_outstanding_loses_no_reply_and_answers_nothing_t
     assert_ne!(b_new, b_session);
     assert!(notices_in_thread(&s, &a).is_empty());
     assert!(notices_in_thread(&s, &b).is_empty());
-    wait_for_store(
-        || pg_receipts(&url, &s),
-        |r| (sessions_by_channel(r).get(OPS) == Some(&b_new)).then_some(()),
-    )
-    .expect("B's new session is recorded");
+    let stored = sessions_when(|| pg_receipts(&url, &s), |m| m.get(OPS) == Some(&b_new));
+    assert_eq!(stored.get(OPS), Some(&b_new), "B's new session is recorded");
     restarted.stop();
 }
 
@@ -503,15 +511,20 @@ fn ledger_commits_queued_while_the_database_is_frozen_land_as_the_threads_latest
     pg.thaw().expect("thaw the database");
 
     let trigger = delivered[delivered.len() - 2].clone();
-    let ledger = wait_for_store(
-        || pg_receipts(&url, &s),
-        |r| {
-            let receipt = r.iter().find(|r| r.key.channel_id() == GENERAL)?;
-            let ids = &receipt.record.delivery.as_ref()?.delivered_event_ids;
-            ids.contains(&trigger).then(|| ids.clone())
-        },
-    )
-    .expect("the last follow-up's ledger commit lands once the database answers again");
+    let ledger = || -> Vec<String> {
+        pg_receipts(&url, &s)
+            .into_iter()
+            .find(|r| r.key.channel_id() == GENERAL)
+            .and_then(|r| r.record.delivery)
+            .map(|d| d.delivered_event_ids)
+            .unwrap_or_default()
+    };
+    let _ = wait_until(CATCH_UP, || ledger().contains(&trigger).then_some(()));
+    let ledger = ledger();
+    assert!(
+        ledger.contains(&trigger),
+        "the last follow-up's ledger commit lands once the database answers again: {ledger:?}"
+    );
     for id in &delivered {
         assert!(ledger.contains(id), "{id} missing from {ledger:?}");
     }

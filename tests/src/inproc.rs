@@ -15,6 +15,7 @@ use buzz_acp::relay::Event;
 use buzz_acp::testing::{AGENT, AGENT_CWD, OWNER, Scenario};
 use buzz_acp::{Harness, HarnessError, RunStats};
 use clap::Parser;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 use futures::StreamExt;
 use tokio::task::JoinHandle;
 
@@ -33,7 +34,14 @@ pub fn agent_starting_in(s: &Scenario, args: &[&str], startup: Duration) -> Stri
     let name = format!("test-agent-{n}");
     let state = s.agent_state_dir.display().to_string();
     let wire = s.wire_log.display().to_string();
-    let mut argv = vec!["acp-test-agent", "--state-dir", &state, "--wire-log", &wire];
+    let mut argv = vec![
+        "acp-test-agent",
+        "--state-dir",
+        &state,
+        "--wire-log",
+        &wire,
+        "--wire-log-sent",
+    ];
     argv.extend_from_slice(args);
     let parsed = acp_test_agent::Args::try_parse_from(argv).expect("test-agent flags");
     let instances = Arc::new(AtomicU32::new(0));
@@ -88,7 +96,32 @@ pub fn config(s: &Scenario, agent_command: &str, extra: &[&str]) -> Config {
         &poll,
     ];
     argv.extend_from_slice(extra);
-    Config::from_args(CliArgs::try_parse_from(argv).expect("harness flags")).expect("config")
+    Config::from_args(parse_known(argv)).expect("config")
+}
+
+/// The harness's flags, leaving out (with a note) any flag this build does not know: a guard run
+/// without the patch that adds a flag then runs the harness without it, and fails by what the
+/// harness does, not by a command line it rejects.
+fn parse_known(mut argv: Vec<&str>) -> CliArgs {
+    loop {
+        let error = match CliArgs::try_parse_from(&argv) {
+            Ok(args) => return args,
+            Err(error) => error,
+        };
+        let unknown = match (error.kind(), error.get(ContextKind::InvalidArg)) {
+            (ErrorKind::UnknownArgument, Some(ContextValue::String(flag))) => flag.clone(),
+            _ => panic!("harness flags: {error}"),
+        };
+        let at = argv
+            .iter()
+            .position(|a| *a == unknown)
+            .unwrap_or_else(|| panic!("harness flags: {error}"));
+        eprintln!("note: this harness has no {unknown}; running without it");
+        argv.remove(at);
+        if argv.get(at).is_some_and(|value| !value.starts_with("--")) {
+            argv.remove(at);
+        }
+    }
 }
 
 /// Runs the harness as a task of the current runtime, with an in-process test agent (`agent_args`)

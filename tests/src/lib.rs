@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use acp_test_agent::harness::{
-    WireFrame, count_method, prompt_texts, read_wire_log, requests_of,
+    Direction, FrameKind, WireFrame, count_method, prompt_texts, read_wire_log, requests_of,
 };
 use buzz_acp::relay::Event;
 pub use buzz_acp::testing::{
@@ -39,16 +39,73 @@ pub fn agent_bin() -> PathBuf {
     acp_test_agent::harness::test_agent_bin()
 }
 
-/// A fresh scenario in a temporary directory.
-pub fn scenario() -> (TempDir, Scenario) {
+/// A fresh scenario in a temporary directory. The directory is a [`CheckedDir`]: when the test
+/// lets go of it, every frame of the scenario's wire log is checked against the ACP schema.
+pub fn scenario() -> (CheckedDir, Scenario) {
     let dir = tempfile::tempdir().expect("tempdir");
     let s = Scenario::new(dir.path()).expect("scenario");
-    (dir, s)
+    let checked = CheckedDir {
+        wire_log: s.wire_log.clone(),
+        dir,
+    };
+    (checked, s)
 }
 
-/// The agent command line with extra test-agent flags.
+/// A scenario's temporary directory whose wire log must be valid ACP.
+///
+/// Every scenario's agents log both directions (`--wire-log-sent`), so the log holds each
+/// request and notification the harness wrote, each answer it read and each request the agent
+/// made. When the test ends without a panic, [`acp_schema_check::check_wire_log`] checks every
+/// frame against the schema of the version its agent process negotiated; a frame outside the
+/// schema fails the test with the method and the JSON pointer of the offending field. The
+/// directory is removed afterwards, as a `TempDir` is.
+pub struct CheckedDir {
+    wire_log: PathBuf,
+    dir: TempDir,
+}
+
+impl CheckedDir {
+    /// The directory.
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for CheckedDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        if let Err(violations) = check_schema(&self.wire_log) {
+            panic!("the wire log is not valid ACP:\n{violations}");
+        }
+    }
+}
+
+/// Checks a wire log against the ACP schema: `Err` lists every violation, one per line.
+pub fn check_schema(wire_log: &std::path::Path) -> Result<usize, String> {
+    static CHECKER: std::sync::OnceLock<acp_schema_check::Checker> = std::sync::OnceLock::new();
+    if !wire_log.exists() {
+        return Ok(0);
+    }
+    let frames = read_wire_log(wire_log).map_err(|e| format!("unreadable wire log: {e}"))?;
+    let checker = CHECKER.get_or_init(|| {
+        acp_schema_check::Checker::new(acp_schema_check::Closure::Closed).expect("ACP schemas")
+    });
+    let report = acp_schema_check::check_wire_log(checker, &frames, None);
+    if report.violations.is_empty() {
+        return Ok(report.checked);
+    }
+    let lines: Vec<String> = report.violations.iter().map(ToString::to_string).collect();
+    Err(lines.join("\n"))
+}
+
+/// The agent command line with extra test-agent flags. The agent also logs what it writes
+/// (`--wire-log-sent`), for the schema check; [`wire`] shows only what the harness wrote.
 pub fn agent(s: &Scenario, args: &[&str]) -> String {
-    s.agent_command(&agent_bin(), args)
+    let mut all = vec!["--wire-log-sent"];
+    all.extend_from_slice(args);
+    s.agent_command(&agent_bin(), &all)
 }
 
 /// Runs the harness with `--once`, panicking with its stderr on failure.
@@ -56,6 +113,21 @@ pub fn run_once(s: &Scenario, agent_args: &[&str], extra: &[&str]) {
     if let Err(e) = s.run_once_ok(&harness_bin(), &agent(s, agent_args), extra) {
         panic!("{e}");
     }
+}
+
+/// Runs the harness with `--once` and `env` (e.g. a fork flag's `BUZZ_ACP_*` variable: a harness
+/// without the patch that reads it ignores it, so a guard fails by what the harness then does,
+/// not by a command line it rejects), panicking with its stderr on failure.
+pub fn run_once_env(s: &Scenario, agent_args: &[&str], extra: &[&str], env: &[(&str, &str)]) {
+    let mut cmd = s.harness_command(&harness_bin(), &agent(s, agent_args), extra);
+    cmd.arg("--once").envs(env.iter().copied());
+    let out = cmd.output().expect("run buzz-acp");
+    assert!(
+        out.status.success(),
+        "buzz-acp exited with {}:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Starts the harness in the background.
@@ -75,14 +147,81 @@ pub fn wait_admitted(running: &Running, event_id: &str) -> Option<()> {
     })
 }
 
-/// The agent's wire log.
+/// What the harness wrote to its agents, from the agent's wire log (the agent's own frames,
+/// logged for the schema check, are left out).
 pub fn wire(s: &Scenario) -> Vec<WireFrame> {
-    read_wire_log(&s.wire_log).expect("wire log")
+    let frames = read_wire_log(&s.wire_log).expect("wire log");
+    frames
+        .into_iter()
+        .filter(|f| f.direction == Direction::Received)
+        .collect()
 }
 
 /// `turns=N` of a reply, panicking when absent.
 pub fn turns(reply: &Event) -> u32 {
     reply_turns(reply).unwrap_or_else(|| panic!("no turns= in {:?}", reply.content))
+}
+
+/// The nonces the test agent's session had seen when it wrote `reply` (`nonces=a-1234,b-5678`):
+/// what the model knew.
+pub fn reply_nonces(reply: &Event) -> Vec<String> {
+    reply
+        .content
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("nonces="))
+        .map(|list| {
+            list.split(',')
+                .filter(|n| *n != "-")
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// How each prompt of the thread rooted at `root_id` reached its session, read from the wire
+/// alone: `"new"` (a `session/new` for the thread came first), `"restored"` (a `session/load` or
+/// `session/resume` for it came first, since its previous prompt) or `"continued"` (neither: the
+/// live session). The thread's prompts are the ones that name its root (`thread root: …`);
+/// requests that open a session name it in `_meta.threadRootEventId`.
+pub fn served_as(frames: &[WireFrame], root_id: &str) -> Vec<&'static str> {
+    let marker = format!("thread root: {root_id}");
+    let mut opening: Option<&'static str> = None;
+    let mut served = Vec::new();
+    for frame in frames.iter().filter(|f| f.kind == FrameKind::Request) {
+        let names_thread = frame.params["_meta"]["threadRootEventId"] == root_id;
+        match frame.method.as_deref() {
+            Some("session/new") if names_thread => opening = Some("new"),
+            Some("session/load" | "session/resume") if names_thread => {
+                opening = Some("restored");
+            }
+            Some("session/prompt") if prompt_of(frame).contains(&marker) => {
+                served.push(opening.take().unwrap_or("continued"));
+            }
+            _ => {}
+        }
+    }
+    served
+}
+
+/// The text of a `session/prompt` request.
+fn prompt_of(frame: &WireFrame) -> String {
+    frame.params["prompt"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|block| block["text"].as_str())
+        .collect()
+}
+
+/// The `session/close` requests, as (agent process, session id), in order.
+pub fn closes(frames: &[WireFrame]) -> Vec<(u32, String)> {
+    requests_of(frames, "session/close")
+        .into_iter()
+        .map(|f| {
+            let id = f.params["sessionId"].as_str().unwrap_or_default();
+            (f.pid, id.to_string())
+        })
+        .collect()
 }
 
 /// The texts of every `session/prompt`, in order.
@@ -196,6 +335,21 @@ pub fn receipts(s: &Scenario) -> Vec<StoredReceipt> {
     store.receipts().expect("receipts")
 }
 
+/// The store's sessions once it holds `n` receipts. A running harness writes receipts beside its
+/// event loop, so a reply can be published before its receipt lands; this waits for the write.
+pub fn stored_sessions_once(s: &Scenario, n: usize) -> HashMap<String, String> {
+    wait_until(WAIT, || {
+        let stored = stored_sessions(s);
+        (stored.len() == n).then_some(stored)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the store never held {n} receipt(s): {:?}",
+            stored_sessions(s)
+        )
+    })
+}
+
 /// Session ids recorded in the store, by storage key.
 pub fn stored_sessions(s: &Scenario) -> HashMap<String, String> {
     receipts(s)
@@ -204,13 +358,23 @@ pub fn stored_sessions(s: &Scenario) -> HashMap<String, String> {
         .collect()
 }
 
+/// Receipt fields that patch `continuity-handoff` fills (turn count, usage, retirement, the
+/// handoff): left out of the views other patches' snapshots pin, so those snapshots read the
+/// same with or without it (its own guards read them from [`receipts`]).
+pub const CONTINUITY_FIELDS: [&str; 4] = ["turns", "usage", "retired", "handoff"];
+
 /// The snapshot view of the store: every receipt of the scenario's relay and agent key, by
-/// storage key, session ids numbered like the wire view, no timestamps.
+/// storage key, session ids numbered like the wire view, no timestamps, no continuity fields.
 pub fn store_view(s: &Scenario) -> Value {
     let order = session_order(&wire(s));
     let mut sessions = serde_json::Map::new();
     for r in receipts(s) {
-        let record = serde_json::to_value(&r.record).expect("record is JSON");
+        let mut record = serde_json::to_value(&r.record).expect("record is JSON");
+        if let Some(fields) = record.as_object_mut() {
+            for field in CONTINUITY_FIELDS {
+                fields.remove(field);
+            }
+        }
         sessions.insert(r.key.to_storage_key(), record);
     }
     let mut text = Value::Object(sessions).to_string();
@@ -249,4 +413,34 @@ pub fn observed_updates(s: &Scenario, kind: &str) -> usize {
                 && r["frame"]["params"]["update"]["sessionUpdate"] == kind
         })
         .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_schema;
+
+    /// One frame of a wire log: a request the harness wrote.
+    fn line(method: &str, id: u32, params: &str) -> String {
+        format!(
+            r#"{{"ts_ms":1,"pid":7,"kind":"request","method":"{method}","id":{id},"bytes":1,"params":{params}}}"#
+        )
+    }
+
+    #[test]
+    fn the_schema_check_names_a_frame_outside_the_schema() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("wire.jsonl");
+        let init = r#"{"protocolVersion":1,"clientCapabilities":{}}"#;
+        let answer = r#"{"ts_ms":1,"pid":7,"kind":"response","method":null,"id":0,"bytes":1,"params":{"protocolVersion":1,"agentCapabilities":{},"authMethods":[]},"direction":"sent"}"#;
+        let good = format!("{}\n{answer}", line("initialize", 0, init));
+        std::fs::write(&log, format!("{good}\n")).expect("write");
+        assert_eq!(check_schema(&log), Ok(2));
+
+        // `session/new` without its required `cwd`, and with a field the schema does not know.
+        let bad = line("session/new", 1, r#"{"mcpServers":[],"scope":"thread"}"#);
+        std::fs::write(&log, format!("{good}\n{bad}\n")).expect("write");
+        let violations = check_schema(&log).expect_err("outside the schema");
+        assert!(violations.contains("session/new"), "{violations}");
+        assert!(violations.contains("cwd"), "{violations}");
+    }
 }

@@ -12,7 +12,8 @@
 //!   notice is posted), which is what `scripts/fork verify --mutation` requires of a guard.
 //! * **Nothing waits for a guess at a duration.** A scenario waits for an event (an answer in the
 //!   relay, a receipt in the store, a line from the lock holder) with a generous bound that only
-//!   turns a hang into a failure.
+//!   turns a hang into a failure, and then asserts on what it found: without the series the
+//!   scenarios fail by an assertion, which is what the mutation check counts.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -153,20 +154,6 @@ pub fn start_with(s: &Scenario, env: &[(&str, &str)]) -> Background {
     }
 }
 
-/// Runs the harness with `--once` and `env`, panicking with its stderr when it fails.
-pub fn run_once_with(s: &Scenario, env: &[(&str, &str)]) {
-    let out = command(s, env)
-        .arg("--once")
-        .output()
-        .expect("run buzz-acp");
-    assert!(
-        out.status.success(),
-        "buzz-acp --once exited with {}:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The environment that puts the receipts in the database at `url`.
 pub fn store_at(url: &str) -> (&'static str, &str) {
     ("BUZZ_ACP_SESSION_STORE_URL", url)
@@ -187,12 +174,13 @@ pub fn answer_to(s: &Scenario, event_id: &str) -> Option<Event> {
         .find(|r| reply_turns(r).is_some() && r.answered_ids().iter().any(|id| id == event_id))
 }
 
-/// Waits for the answer to `event`.
+/// Waits for the answer to `event`, asserting that it comes.
 pub fn wait_answer(s: &Scenario, event: &Event) -> Event {
-    wait_until_every(crate::WAIT, Duration::from_millis(20), || {
+    let answer = wait_until_every(crate::WAIT, Duration::from_millis(20), || {
         answer_to(s, &event.id)
-    })
-    .unwrap_or_else(|| panic!("no answer to {:?}", event.content))
+    });
+    assert_ne!(answer, None, "no answer to {:?}", event.content);
+    answer.unwrap_or_else(|| unreachable!("asserted above"))
 }
 
 /// Notices the harness posted in `root`'s thread (its events that quote a message), in order.
@@ -269,12 +257,17 @@ pub fn sessions_by_channel(receipts: &[StoredReceipt]) -> BTreeMap<String, Strin
         .collect()
 }
 
-/// Waits until `probe` of the stored receipts yields (polling every 100 ms).
-pub fn wait_for_store<T>(
+/// The stored session ids by channel once `until` holds for them, or as they are when
+/// [`CATCH_UP`] has passed (polling every 100 ms): the caller asserts on what it gets.
+pub fn sessions_when(
     receipts: impl Fn() -> Vec<StoredReceipt>,
-    probe: impl Fn(&[StoredReceipt]) -> Option<T>,
-) -> Option<T> {
-    wait_until_every(CATCH_UP, Duration::from_millis(100), || probe(&receipts()))
+    until: impl Fn(&BTreeMap<String, String>) -> bool,
+) -> BTreeMap<String, String> {
+    let settled = wait_until_every(CATCH_UP, Duration::from_millis(100), || {
+        let sessions = sessions_by_channel(&receipts());
+        until(&sessions).then_some(sessions)
+    });
+    settled.unwrap_or_else(|| sessions_by_channel(&receipts()))
 }
 
 // ----- another process holding the embedded store's write lock ------------------------------

@@ -55,6 +55,8 @@ struct Settings {
     session_close: bool,
     /// Stop reason of prompts without a `!stop:` token.
     stop_reason: StopReasonName,
+    /// `--context-limit-bytes`.
+    context_limit: Option<u64>,
     /// Wait before answering each prompt (cancellable).
     prompt_delay: Duration,
     /// Leave `session/cancel` without effect (it still shows in the wire log).
@@ -84,6 +86,7 @@ impl From<&Args> for Settings {
     fn from(args: &Args) -> Self {
         Self {
             load_session: !args.no_load_session,
+            context_limit: args.context_limit_bytes,
             session_resume: args.session_resume,
             session_close: args.session_close,
             stop_reason: args.stop_reason,
@@ -386,7 +389,8 @@ async fn serve(
         .on_receive_request(
             async move |req: PromptRequest, responder, cx: ConnectionTo<Client>| {
                 let user_text = prompt_text(&req.prompt);
-                let ticket = match prompt_sessions.begin_turn(&req.session_id.0, user_text.clone()) {
+                let limit = prompt_settings.context_limit;
+                let ticket = match prompt_sessions.begin_turn(&req.session_id.0, user_text.clone(), limit) {
                     Ok(ticket) => ticket,
                     Err(e) => return responder.respond_with_error(e.into()),
                 };

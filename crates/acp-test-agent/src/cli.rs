@@ -40,6 +40,12 @@ pub struct Args {
     #[arg(long, default_value = "end_turn")]
     pub stop_reason: StopReasonName,
 
+    /// Refuse a prompt that would bring the session's user text over this many bytes, the way
+    /// claude-agent-acp refuses a prompt that does not fit (`-32603` "Internal error: Prompt is
+    /// too long"); the refused prompt is not added to the transcript.
+    #[arg(long, value_name = "BYTES")]
+    pub context_limit_bytes: Option<u64>,
+
     /// Wait this long before answering each prompt; `session/cancel` interrupts the wait.
     #[arg(long, default_value_t = 0, value_name = "MS")]
     pub prompt_delay_ms: u64,

@@ -121,6 +121,17 @@ pub fn gate_override(text: &str) -> Option<&str> {
     (end > 0).then(|| &rest[..end])
 }
 
+/// Marker that makes a prompt overflow a session that already holds turns (`!full`).
+const FULL_TOKEN: &str = "!full";
+
+/// Whether the last prose line of `text` says `!full`: the prompt does not fit a session that
+/// already holds turns (it is refused as too long), but fits a fresh one. Lets a test drive a
+/// session into exhaustion without sizing its history.
+#[must_use]
+pub fn full_override(text: &str) -> bool {
+    last_prose_line(text).contains(FULL_TOKEN)
+}
+
 /// A streaming 32-bit FNV-1a hasher.
 ///
 /// Implemented here rather than pulled in: it is a handful of lines, and the digest it produces

@@ -20,6 +20,7 @@ use agent_client_protocol::v1::schema::{
 };
 use tokio::sync::oneshot;
 
+use crate::reply;
 use crate::transcript::{TRANSCRIPT_VERSION, Transcript, TranscriptError, Turn};
 
 /// The `mode` config option's values and labels, in the order they are offered.
@@ -46,6 +47,14 @@ pub(crate) enum SessionError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// The prompt would bring the session over `--context-limit-bytes`.
+    #[error("prompt is too long: {used} bytes > {limit} maximum")]
+    ContextFull {
+        /// The session's user text with the prompt.
+        used: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// The transcript could not be read or written.
     #[error(transparent)]
     Store(#[from] TranscriptError),
@@ -62,6 +71,10 @@ impl From<SessionError> for Error {
             } => Error::invalid_params().data(
                 serde_json::json!({ "configId": config_id, "value": value, "reason": reason }),
             ),
+            // claude-agent-acp's words for a prompt that does not fit (no `data`).
+            SessionError::ContextFull { .. } => {
+                Error::new(-32603, "Internal error: Prompt is too long")
+            }
             SessionError::Store(e) => Error::internal_error().data(e.to_string()),
         }
     }
@@ -255,7 +268,9 @@ impl Sessions {
         &self,
         session_id: &str,
         user_text: String,
+        limit: Option<u64>,
     ) -> Result<TurnTicket, SessionError> {
+        let overflows = reply::full_override(&user_text);
         let mut table = self.lock();
         let seq = table.next_seq;
         table.next_seq += 1;
@@ -267,6 +282,16 @@ impl Sessions {
             user: user_text,
             agent: String::new(),
         });
+        let used = live.transcript.user_bytes();
+        let earlier = live.transcript.turns.len() - 1;
+        let limit = match (limit, overflows && earlier > 0) {
+            (_, true) => Some(used - 1),
+            (limit, false) => limit,
+        };
+        if let Some(limit) = limit.filter(|limit| used > *limit) {
+            live.transcript.turns.pop();
+            return Err(SessionError::ContextFull { used, limit });
+        }
         if let Err(e) = live.transcript.write(&self.state_dir) {
             live.transcript.turns.pop();
             return Err(e.into());
@@ -443,7 +468,7 @@ mod tests {
         let (id, _) = sessions
             .create("/w".into(), serde_json::json!([]), None)
             .unwrap();
-        let mut ticket = sessions.begin_turn(&id, "hi".into()).unwrap();
+        let mut ticket = sessions.begin_turn(&id, "hi".into(), None).unwrap();
         assert_eq!(sessions.cancel(&id), 1);
         assert!(ticket.cancelled.try_recv().is_ok());
         sessions
@@ -456,6 +481,53 @@ mod tests {
                 user: "hi".into(),
                 agent: String::new()
             }]
+        );
+    }
+
+    #[test]
+    fn a_prompt_over_the_context_limit_is_refused_and_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let sessions = Sessions::new(dir.path().to_path_buf(), vec!["m".into()]);
+        let (id, _) = sessions
+            .create("/w".into(), serde_json::json!([]), None)
+            .unwrap();
+        sessions.begin_turn(&id, "12345".into(), Some(8)).unwrap();
+        let refused = sessions.begin_turn(&id, "67890".into(), Some(8));
+        assert!(matches!(
+            refused,
+            Err(SessionError::ContextFull { used: 10, limit: 8 })
+        ));
+        let error = Error::from(refused.unwrap_err());
+        assert_eq!(
+            (error.code.value(), error.message.as_str()),
+            (-32603, "Internal error: Prompt is too long")
+        );
+        assert_eq!(
+            sessions
+                .begin_turn(&id, "abc".into(), Some(8))
+                .unwrap()
+                .used_bytes,
+            8
+        );
+    }
+
+    #[test]
+    fn a_full_prompt_overflows_a_session_with_turns_but_fits_a_fresh_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let sessions = Sessions::new(dir.path().to_path_buf(), vec!["m".into()]);
+        let (used, _) = sessions
+            .create("/w".into(), serde_json::json!([]), None)
+            .unwrap();
+        sessions.begin_turn(&used, "first".into(), None).unwrap();
+        let refused = sessions.begin_turn(&used, "more\n!full".into(), None);
+        assert!(matches!(refused, Err(SessionError::ContextFull { .. })));
+        let (fresh, _) = sessions
+            .create("/w".into(), serde_json::json!([]), None)
+            .unwrap();
+        assert!(
+            sessions
+                .begin_turn(&fresh, "all of it\n!full".into(), None)
+                .is_ok()
         );
     }
 }

@@ -688,29 +688,41 @@ async fn permission_round_trip() {
     .unwrap();
 }
 
+/// Waits until the agent has received a `method` frame (its wire log records every frame it
+/// reads as it reads it): the event, not a guess at how long delivery takes.
+async fn received(wire: &Path, method: &str) {
+    loop {
+        let frames = harness::read_wire_log(wire).unwrap_or_default();
+        if frames.iter().any(|f| f.method.as_deref() == Some(method)) {
+            return;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test]
 async fn cancel_during_prompt_delay_answers_cancelled() {
     let state = tempfile::tempdir().unwrap();
-    let id = with_agent(
-        agent(state.path(), &["--prompt-delay-ms", "10000"]),
-        async |cx, seen| {
-            initialize(&cx).await?;
-            let id = new_session(&cx).await?.session_id;
-            let started = Instant::now();
-            let pending = cx.send_request(text_prompt(&id, "slow delta-4242"));
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            cx.send_notification(CancelNotification::new(id.clone()))?;
-            let response = pending.block_task().await?;
-            assert_eq!(response.stop_reason, StopReason::Cancelled);
-            assert!(
-                started.elapsed() < Duration::from_secs(5),
-                "{:?}",
-                started.elapsed()
-            );
-            assert!(agent_chunks(&seen.take_updates()).is_empty());
-            Ok(id)
-        },
-    )
+    let wire = state.path().join("wire.jsonl");
+    let flags = [
+        "--prompt-delay-ms",
+        "600000",
+        "--wire-log",
+        wire.to_str().unwrap(),
+    ];
+    let id = with_agent(agent(state.path(), &flags), async |cx, seen| {
+        initialize(&cx).await?;
+        let id = new_session(&cx).await?.session_id;
+        let pending = cx.send_request(text_prompt(&id, "slow delta-4242"));
+        received(&wire, "session/prompt").await;
+        cx.send_notification(CancelNotification::new(id.clone()))?;
+        // Answered at all: with a ten-minute delay, only the cancel can end the prompt.
+        let response = pending.block_task().await?;
+        assert_eq!(response.stop_reason, StopReason::Cancelled);
+        assert!(agent_chunks(&seen.take_updates()).is_empty());
+        Ok(id)
+    })
     .await
     .unwrap();
     let transcript = Transcript::read(state.path(), &id.0).unwrap();
@@ -739,7 +751,7 @@ async fn ignore_cancel_logs_the_cancel_and_answers_normally() {
         initialize(&cx).await?;
         let id = new_session(&cx).await?.session_id;
         let pending = cx.send_request(text_prompt(&id, "slow"));
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        received(&wire, "session/prompt").await;
         cx.send_notification(CancelNotification::new(id.clone()))?;
         assert_eq!(pending.block_task().await?.stop_reason, StopReason::EndTurn);
         assert_eq!(

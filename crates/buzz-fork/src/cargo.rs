@@ -37,28 +37,33 @@ const SCRUBBED_ENV: &[&str] = &[
     "RUST_TEST_THREADS",
 ];
 
-/// How a test run went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TestOutcome {
-    /// Every selected test passed.
+/// How a run of one named test went.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "result", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum TestRun {
+    /// It passed.
     Passed,
-    /// The tests compiled and at least one failed.
-    Failed,
+    /// It compiled and failed; `failure` is the panic libtest printed for
+    /// it, if one could be read.
+    Failed {
+        /// The failing assertion.
+        failure: Option<crate::libtest::Failure>,
+    },
     /// The test target did not compile.
     CompileFailed,
-    /// No test matched the names (nothing ran).
+    /// No test has that name (nothing ran).
     NotFound,
 }
 
-impl TestOutcome {
+impl TestRun {
     /// Lower-case label for reports.
     #[must_use]
-    pub fn label(self) -> &'static str {
+    pub fn label(&self) -> &'static str {
         match self {
-            TestOutcome::Passed => "passed",
-            TestOutcome::Failed => "failed",
-            TestOutcome::CompileFailed => "failed to compile",
-            TestOutcome::NotFound => "not found",
+            TestRun::Passed => "passed",
+            TestRun::Failed { .. } => "failed",
+            TestRun::CompileFailed => "failed to compile",
+            TestRun::NotFound => "not found",
         }
     }
 }
@@ -68,6 +73,10 @@ pub struct Cargo {
     program: OsString,
     manifest: PathBuf,
     target_dir: PathBuf,
+    /// Variables the tests get (the services of the run).
+    env: Vec<(&'static str, String)>,
+    /// Variables the tests must not get.
+    removed_env: Vec<&'static str>,
 }
 
 impl Cargo {
@@ -78,7 +87,18 @@ impl Cargo {
             program: std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()),
             manifest: tree.join("Cargo.toml"),
             target_dir: target_dir.to_path_buf(),
+            env: Vec::new(),
+            removed_env: Vec::new(),
         }
+    }
+
+    /// The same cargo, with the services of the run in the tests'
+    /// environment.
+    #[must_use]
+    pub fn with_services(mut self, services: &crate::services::Services) -> Self {
+        self.env = services.env();
+        self.removed_env = services.removed_env();
+        self
     }
 
     /// The tree's lock file.
@@ -89,8 +109,11 @@ impl Cargo {
 
     fn command(&self, sub: &str) -> Command {
         let mut cmd = Command::new(&self.program);
-        for var in SCRUBBED_ENV {
+        for var in SCRUBBED_ENV.iter().chain(&self.removed_env) {
             cmd.env_remove(var);
+        }
+        for (var, value) in &self.env {
+            cmd.env(var, value);
         }
         cmd.env("CARGO_TARGET_DIR", &self.target_dir)
             .env("INSTA_UPDATE", "no")
@@ -159,6 +182,25 @@ impl Cargo {
         self.stream(cmd)
     }
 
+    /// `cargo test` with extra selection and libtest arguments, its stdout
+    /// captured (and echoed to our stderr): whether it passed, and the
+    /// stdout, for [`crate::libtest`] to read.
+    ///
+    /// # Errors
+    /// When cargo cannot be started.
+    pub fn test_captured(
+        &self,
+        selection: &[String],
+        libtest: &[String],
+    ) -> Result<(bool, String)> {
+        let mut cmd = self.command("test");
+        cmd.args(selection);
+        if !libtest.is_empty() {
+            cmd.arg("--").args(libtest);
+        }
+        self.stream_captured(cmd)
+    }
+
     fn target_args(t: &TestRef) -> Vec<String> {
         let mut v = vec!["-p".to_owned(), t.package.clone()];
         if t.target == "lib" {
@@ -170,41 +212,59 @@ impl Cargo {
         v
     }
 
-    /// Compiles, lists and runs the named tests of one target (all refs
-    /// must share package and target). Tells compile failures from failures
-    /// and reports names that match no test.
+    /// Compiles, lists and runs one named test, telling a compile failure
+    /// from a failure, and reading the failing assertion from libtest's
+    /// output (streamed to our stderr as it comes).
     ///
     /// # Errors
     /// When cargo cannot be started.
-    pub fn run_named_tests(&self, tests: &[TestRef]) -> Result<(TestOutcome, Vec<String>)> {
-        let Some(first) = tests.first() else {
-            return Ok((TestOutcome::NotFound, Vec::new()));
-        };
-        let selection = Self::target_args(first);
+    pub fn run_test(&self, test: &TestRef) -> Result<TestRun> {
+        let selection = Self::target_args(test);
         let mut compile = self.command("test");
         compile.args(&selection).arg("--no-run");
         if !self.stream(compile)? {
-            return Ok((TestOutcome::CompileFailed, Vec::new()));
+            return Ok(TestRun::CompileFailed);
         }
-        let names: Vec<String> = tests.iter().map(|t| t.name.clone()).collect();
-        let listed = self.list_tests(&selection, &names)?;
-        let missing: Vec<String> = names
-            .iter()
-            .filter(|n| !listed.contains(*n))
-            .cloned()
-            .collect();
-        if missing.len() == names.len() {
-            return Ok((TestOutcome::NotFound, missing));
+        let names = vec![test.name.clone()];
+        if !self.list_tests(&selection, &names)?.contains(&test.name) {
+            return Ok(TestRun::NotFound);
         }
-        let mut libtest = vec!["--exact".to_owned()];
-        libtest.extend(names.iter().filter(|n| listed.contains(*n)).cloned());
-        let passed = self.test(&selection, &libtest)?;
-        let outcome = if passed {
-            TestOutcome::Passed
+        let mut cmd = self.command("test");
+        cmd.args(&selection).args(["--", "--exact", &test.name]);
+        let (passed, output) = self.stream_captured(cmd)?;
+        Ok(if passed {
+            TestRun::Passed
         } else {
-            TestOutcome::Failed
+            TestRun::Failed {
+                failure: crate::libtest::failure_of(&output, &test.name),
+            }
+        })
+    }
+
+    /// Runs with stdout captured (and echoed to our stderr line by line)
+    /// and stderr streamed; whether it succeeded, and the stdout.
+    fn stream_captured(&self, mut cmd: Command) -> Result<(bool, String)> {
+        use std::io::{BufRead, Write};
+        crate::ui::step(&Self::describe(&cmd));
+        cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let spawn_error = |source| Error::Spawn {
+            program: "cargo".into(),
+            source,
         };
-        Ok((outcome, missing))
+        let mut child = cmd.spawn().map_err(spawn_error)?;
+        let mut captured = String::new();
+        if let Some(stdout) = child.stdout.take() {
+            let mut err = std::io::stderr();
+            for line in std::io::BufReader::new(stdout).split(b'\n') {
+                let line = line.map_err(spawn_error)?;
+                let text = String::from_utf8_lossy(&line);
+                let _ = writeln!(err, "{text}");
+                captured.push_str(&text);
+                captured.push('\n');
+            }
+        }
+        let status = child.wait().map_err(spawn_error)?;
+        Ok((status.success(), captured))
     }
 
     /// Names of the tests among `names` that exist in a target
@@ -275,6 +335,53 @@ impl Cargo {
             .map(|p| p.name.to_string())
             .collect())
     }
+}
+
+/// Brings the lock file of the workspace at `root` in line with its
+/// members after they changed (a new baseline): `cargo update --workspace`,
+/// which updates only the workspace's own packages and adds what they newly
+/// need, never another version of a registry package already locked. Tried
+/// offline first (nothing to fetch in the usual case), then online. Returns
+/// whether the lock changed; a root without a `Cargo.toml` has nothing to do.
+///
+/// # Errors
+/// [`Error::LockUpdate`] when cargo fails both ways; I/O errors.
+pub fn update_workspace_lock(root: &Path) -> Result<bool> {
+    let manifest = root.join("Cargo.toml");
+    if !manifest.is_file() {
+        return Ok(false);
+    }
+    let lock = root.join("Cargo.lock");
+    let before = std::fs::read(&lock).ok();
+    let program = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut last = String::new();
+    for offline in [true, false] {
+        let mut cmd = Command::new(&program);
+        for var in SCRUBBED_ENV {
+            cmd.env_remove(var);
+        }
+        cmd.arg("update")
+            .arg("--workspace")
+            .arg("--manifest-path")
+            .arg(&manifest)
+            .stdin(Stdio::null());
+        if offline {
+            cmd.arg("--offline");
+        }
+        crate::ui::step(&Cargo::describe(&cmd));
+        let out = cmd.output().map_err(|source| Error::Spawn {
+            program: "cargo".into(),
+            source,
+        })?;
+        if out.status.success() {
+            return Ok(std::fs::read(&lock).ok() != before);
+        }
+        last = crate::error::first_line(&String::from_utf8_lossy(&out.stderr));
+    }
+    Err(Error::LockUpdate {
+        manifest,
+        detail: last,
+    })
 }
 
 /// Registry packages (name, version, source) of a `Cargo.lock`.

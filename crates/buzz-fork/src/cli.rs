@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 ///
 /// Exit codes: 0 ok, 1 check/verify failure, 2 usage or environment error,
 /// 3 sync or ci blocked (conflict, failed guard, or for ci a synced series
-/// that fails verify).
+/// that fails verify), 4 ci: upstream fails its own tests (upstream-broken).
 #[derive(Debug, Parser)]
 #[command(
     name = "buzz-fork",
@@ -16,7 +16,8 @@ use clap::{Args, Parser, Subcommand};
     about,
     long_about = None,
     after_help = "Exit codes: 0 ok, 1 check/verify failure, 2 usage or environment error, \
-                  3 sync or ci blocked (conflict, failed guard, failing synced series).\nSee docs/MAINTENANCE.md."
+                  3 sync or ci blocked (conflict, failed guard, failing synced series), \
+                  4 ci upstream-broken (upstream fails its own tests).\nSee docs/MAINTENANCE.md."
 )]
 pub struct Cli {
     /// Repository root (default: the git toplevel of the current directory).
@@ -47,8 +48,9 @@ pub enum Command {
     Status,
     /// Write FORK_PATCHES.md.
     Render,
-    /// Fork CI: fetch upstream, sync, verify --mutation the synced series,
-    /// report; prints one line (no_update / ready / blocked).
+    /// Fork CI: fetch upstream, run upstream's own tests, sync, verify
+    /// --mutation the synced series, report; prints one line (no_update /
+    /// ready / blocked / upstream-broken).
     Ci(CiArgs),
 }
 
@@ -90,6 +92,10 @@ pub struct VerifyArgs {
     /// Skip the per-prefix builds (whole tree and defect tests only).
     #[arg(long)]
     pub skip_prefix: bool,
+    /// Also write the mutation check's Markdown evidence to FILE (e.g.
+    /// docs/mutation-report.md, the committed copy).
+    #[arg(long, value_name = "FILE", requires = "mutation")]
+    pub mutation_report: Option<PathBuf>,
 }
 
 /// `refresh` options.

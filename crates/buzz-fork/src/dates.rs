@@ -1,31 +1,31 @@
-//! Calendar dates of the registry (`Last-Update`, `--date`), validated by
-//! jiff: `2026-02-31` is rejected, not just a malformed shape.
+//! Calendar dates of the registry (`Last-Update`, `--date`), read and
+//! written by jiff: `2026-02-31` is rejected, not just a malformed shape.
 
 use jiff::civil::Date;
 
 use crate::error::{Error, Result};
 
-/// Parses a `YYYY-MM-DD` calendar date: exactly that shape (no ISO 8601
-/// variants such as `20261130` or a time part) and a day that exists.
+/// The one spelling of a date the registry and `--date` use.
+const FORMAT: &str = "%Y-%m-%d";
+
+/// Parses a `YYYY-MM-DD` calendar date: exactly that spelling (no ISO 8601
+/// variants such as `20261130`, `2026-1-01` or a time part) and a day that
+/// exists.
 ///
 /// # Errors
 /// A message saying what is wrong with `text`.
 pub fn parse(text: &str) -> Result<Date, String> {
-    let b = text.as_bytes();
-    let shaped = b.len() == 10
-        && b[4] == b'-'
-        && b[7] == b'-'
-        && b.iter()
-            .enumerate()
-            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
-    if !shaped {
-        return Err(format!("{text:?} is not YYYY-MM-DD"));
+    let shape = || format!("{text:?} is not YYYY-MM-DD");
+    let fields = jiff::fmt::strtime::parse(FORMAT, text).map_err(|_| shape())?;
+    let date = fields
+        .to_date()
+        .map_err(|e| format!("{text:?} is not a calendar date: {e}"))?;
+    // strptime also reads unpadded fields and signed years; the registry
+    // keeps the one canonical spelling.
+    if date.strftime(FORMAT).to_string() != text {
+        return Err(shape());
     }
-    let number = |r: std::ops::Range<usize>| text[r].parse::<i16>().unwrap_or(0);
-    let (year, month, day) = (number(0..4), number(5..7), number(8..10));
-    let month = i8::try_from(month).map_err(|_| format!("{text:?} is not a calendar date"))?;
-    let day = i8::try_from(day).map_err(|_| format!("{text:?} is not a calendar date"))?;
-    Date::new(year, month, day).map_err(|e| format!("{text:?} is not a calendar date: {e}"))
+    Ok(date)
 }
 
 /// Whether `text` is a valid `YYYY-MM-DD` date.
@@ -37,10 +37,11 @@ pub fn is_date(text: &str) -> bool {
 /// Today's UTC date as `YYYY-MM-DD`.
 #[must_use]
 pub fn today() -> String {
-    let date = jiff::Timestamp::now()
+    jiff::Timestamp::now()
         .to_zoned_datetime(jiff::tz::TimeZone::UTC)
-        .date();
-    format!("{:04}-{:02}-{:02}", date.year(), date.month(), date.day())
+        .date()
+        .strftime(FORMAT)
+        .to_string()
 }
 
 /// The `--date` option, validated, or today.

@@ -2,7 +2,9 @@
 //!
 //! Exit codes: `0` success, `1` a check or verify failure (something about the
 //! series is wrong), `2` a usage or environment error (the tool could not do
-//! its job), `3` a sync blocked by a conflict or a failed guard.
+//! its job), `3` a sync blocked by a conflict or a failed guard, `4` (fork
+//! CI) an upstream that fails its own tests. `3` and `4` are verdicts
+//! ([`crate::Outcome`]), never errors.
 
 use std::path::PathBuf;
 
@@ -237,6 +239,29 @@ pub enum Error {
         first: String,
         /// How many further problems `check` reports.
         more: usize,
+    },
+    /// `cargo update --workspace` could not bring the lock file in line
+    /// with a new baseline.
+    #[error(
+        "cannot update the lock file for {}: {detail} (the new baseline is written; run `cargo update --workspace` by hand)",
+        manifest.display()
+    )]
+    LockUpdate {
+        /// The workspace manifest.
+        manifest: PathBuf,
+        /// First line of cargo's explanation.
+        detail: String,
+    },
+    /// A PostgreSQL server the guards need could not be provided.
+    #[error(
+        "cannot start PostgreSQL for the guard tests (workspace.services in patches.json): {step}: {detail} \
+         (or set BUZZ_TEST_POSTGRES_URL to a running server)"
+    )]
+    Postgres {
+        /// The step that failed (initdb, pg_ctl start, …).
+        step: String,
+        /// What went wrong.
+        detail: String,
     },
     /// cargo metadata failed or printed something unreadable.
     #[error("cargo metadata for {}: {detail}", manifest.display())]

@@ -7,6 +7,15 @@ use diffy::patch_set::{FileOperation, ParseOptions, PatchKind, PatchSet};
 
 use crate::registry::{PATCH_ID_TRAILER, PatchEntry, Reason, upstream_url};
 
+/// Directory of the normalized content snapshots.
+pub const CONTENT_DIR: &str = "patches/content";
+
+/// Content snapshot path of a patch.
+#[must_use]
+pub fn content_path(id: &str) -> String {
+    format!("{CONTENT_DIR}/{id}.txt")
+}
+
 /// What happens to one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileKind {
@@ -462,6 +471,7 @@ mod tests {
             seams: vec![],
             guard_tests: vec![],
             guard_snapshots: vec![],
+            api_guards: vec![],
             fixes_defects: vec![],
             retired: None,
         }

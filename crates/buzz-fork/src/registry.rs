@@ -219,7 +219,9 @@ pub struct SurfaceLimits {
     /// Most lines the whole series may remove from files of the baseline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_removed_lines_in_upstream_files: Option<usize>,
-    /// Most lines any new module the series adds inside the crate may have.
+    /// Deprecated and ignored: glue modules are bounded by ownership (each
+    /// belongs to one patch), not by length. Still read, so a registry that
+    /// sets it keeps loading; `check` says to remove it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_glue_module_lines: Option<usize>,
     /// Whether an import cycle through a glue module is an error.
@@ -237,6 +239,18 @@ pub struct WorkspaceConfig {
     pub tests_path: String,
     /// The tests package name (for `cargo test -p`).
     pub tests_package: String,
+    /// External services the tests of the patched tree need; `verify` and
+    /// `ci` provide them for their runs (see `crate::services`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<Service>,
+}
+
+/// An external service tests need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Service {
+    /// A PostgreSQL server, reached through `BUZZ_TEST_POSTGRES_URL`.
+    Postgresql,
 }
 
 /// An item that must be defined in a file of the patched tree.
@@ -259,6 +273,17 @@ pub struct Seam {
     pub caller: String,
     /// A path suffix (`a::b`) or a method (`.name`).
     pub callee: String,
+}
+
+/// A guard test that proves only the patch's API (see
+/// [`PatchEntry::api_guards`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiGuard {
+    /// `<test target>::<fn>`, one of the patch's `guard_tests`.
+    pub test: String,
+    /// Why failing to compile without the patch is what this guard proves.
+    pub reason: String,
 }
 
 /// Bookkeeping of a retired patch.
@@ -307,6 +332,12 @@ pub struct PatchEntry {
     pub guard_tests: Vec<String>,
     /// Repo-relative `.snap` files guarding the patch.
     pub guard_snapshots: Vec<String>,
+    /// Guard tests that only prove the patch's API: they do not compile
+    /// without the patch, and this says why that is all they can prove.
+    /// The mutation check reports them as API guards, never as behavioural
+    /// proofs; any other guard must fail by an assertion without its patch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub api_guards: Vec<ApiGuard>,
     /// `<package>::<test target>::<fn>` baseline tests that must fail once applied.
     pub fixes_defects: Vec<String>,
     /// Set when the patch is retired.
@@ -318,6 +349,15 @@ impl PatchEntry {
     #[must_use]
     pub fn is_active(&self) -> bool {
         self.status.is_active()
+    }
+
+    /// The registry's reason for calling `test` an API guard, if it does.
+    #[must_use]
+    pub fn api_guard_reason(&self, test: &str) -> Option<&str> {
+        self.api_guards
+            .iter()
+            .find(|a| a.test == test)
+            .map(|a| a.reason.as_str())
     }
 }
 
@@ -504,6 +544,19 @@ impl Registry {
                 if TestRef::guard("", t).is_none() {
                     return Err(format!(
                         "{at}.guard_tests[{j}]: {t:?} is not <test target>::<fn>"
+                    ));
+                }
+            }
+            for (j, a) in p.api_guards.iter().enumerate() {
+                if !p.guard_tests.contains(&a.test) {
+                    return Err(format!(
+                        "{at}.api_guards[{j}]: {:?} is not one of the patch's guard_tests",
+                        a.test
+                    ));
+                }
+                if a.reason.trim().is_empty() {
+                    return Err(format!(
+                        "{at}.api_guards[{j}]: an API guard needs a reason (why failing to compile without the patch is all it proves)"
                     ));
                 }
             }

@@ -128,6 +128,14 @@ pub fn render(
         let _ = writeln!(m, "- Seams: {}", list(&seams));
         let _ = writeln!(m, "- Guard tests: {}", list(&p.guard_tests));
         let _ = writeln!(m, "- Guard snapshots: {}", list(&p.guard_snapshots));
+        if !p.api_guards.is_empty() {
+            let api: Vec<String> = p
+                .api_guards
+                .iter()
+                .map(|a| format!("{} ({})", a.test, a.reason))
+                .collect();
+            let _ = writeln!(m, "- API guards (prove the API only): {}", list(&api));
+        }
         let _ = writeln!(m, "- Fixes defects: {}", list(&p.fixes_defects));
         if let Some(r) = &p.retired {
             let _ = writeln!(

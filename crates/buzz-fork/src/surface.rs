@@ -1,33 +1,118 @@
-//! The series' surface: how much of upstream it touches, which is what can
+//! The series' surface: what of upstream it touches, which is what can
 //! conflict on every sync.
 //!
-//! * lines each patch adds to and removes from files that exist in the
-//!   baseline ("upstream files"), and the totals;
+//! * per patch, every hunk it makes in a file that exists in the baseline
+//!   (an "upstream file") and the upstream items that hunk touches (see
+//!   [`crate::enclosing`]), with the lines it adds and removes;
 //! * the new files the series adds inside the patched crate, with their line
-//!   counts in the fully patched tree: new `.rs` files are *glue modules*;
+//!   counts in the fully patched tree and the patches that edit them: new
+//!   `.rs` files are *glue modules*, and each belongs to one patch;
 //! * import cycles between baseline modules and glue modules in the fully
 //!   patched crate (see [`crate::modgraph`]).
 //!
-//! Measuring is pure: the caller passes readers for the baseline and for the
-//! fully patched tree, so `render` (in process, over the baseline directory)
-//! and `refresh` (over the work repo's commits) produce the same figures.
+//! Measuring is pure: the caller passes readers for the baseline, for each
+//! file as each patch finds it and for the fully patched tree, so `render`
+//! (in process, over the baseline directory) and `refresh` (over the work
+//! repo's commits) produce the same figures.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
+use crate::enclosing;
 use crate::modgraph;
 use crate::patchfile::{HunkLine, ParsedPatch};
 use crate::registry::{Registry, SurfaceLimits};
 
-/// One patch's lines in upstream files.
+/// One hunk a patch makes in an upstream file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HunkSurface {
+    /// Repo-relative path of the upstream file.
+    pub path: String,
+    /// The `@@` header.
+    pub header: String,
+    /// Lines added.
+    pub added: usize,
+    /// Lines removed.
+    pub removed: usize,
+    /// The upstream items the hunk touches (see [`crate::enclosing`]).
+    pub items: Vec<String>,
+}
+
+/// One patch's hunks in upstream files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PatchSurface {
     /// Patch id.
     pub id: String,
-    /// Lines added to files that exist in the baseline.
-    pub added: usize,
-    /// Lines removed from files that exist in the baseline.
-    pub removed: usize,
+    /// Every hunk in an upstream file, in patch order.
+    pub hunks: Vec<HunkSurface>,
+}
+
+impl PatchSurface {
+    /// Lines added to upstream files.
+    #[must_use]
+    pub fn added(&self) -> usize {
+        self.hunks.iter().map(|h| h.added).sum()
+    }
+
+    /// Lines removed from upstream files.
+    #[must_use]
+    pub fn removed(&self) -> usize {
+        self.hunks.iter().map(|h| h.removed).sum()
+    }
+
+    /// The items the patch touches, grouped by file (named by its last path
+    /// component), in patch order and deduplicated; a file without items
+    /// (not Rust or TOML) has an empty list.
+    #[must_use]
+    pub fn touched(&self) -> Vec<(String, Vec<String>)> {
+        let mut out: Vec<(String, Vec<String>)> = Vec::new();
+        for h in &self.hunks {
+            let file = h.path.rsplit('/').next().unwrap_or(&h.path).to_owned();
+            let at = match out.iter().position(|(f, _)| *f == file) {
+                Some(at) => at,
+                None => {
+                    out.push((file, Vec::new()));
+                    out.len() - 1
+                }
+            };
+            for item in &h.items {
+                if !out[at].1.contains(item) {
+                    out[at].1.push(item.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// [`PatchSurface::touched`] as text: `pool.rs: Pool::ensure_session, impl Pool; Cargo.toml: [dependencies]`.
+    #[must_use]
+    pub fn touched_text(&self, code: bool) -> String {
+        let quote = |s: &str| {
+            if code && s != enclosing::MODULE_LEVEL {
+                format!("`{s}`")
+            } else {
+                s.to_owned()
+            }
+        };
+        self.touched()
+            .iter()
+            .map(|(file, items)| {
+                if items.is_empty() {
+                    quote(file)
+                } else {
+                    format!(
+                        "{file}: {}",
+                        items
+                            .iter()
+                            .map(|i| quote(i))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
 }
 
 /// A file the series creates inside the patched crate.
@@ -37,6 +122,17 @@ pub struct NewFile {
     pub path: String,
     /// Lines in the fully patched tree.
     pub lines: usize,
+    /// The patches whose diffs touch it, in series order (the first creates
+    /// it). More than one breaks the ownership rule.
+    pub patches: Vec<String>,
+}
+
+impl NewFile {
+    /// Whether more than one patch edits the file.
+    #[must_use]
+    pub fn is_shared(&self) -> bool {
+        self.patches.len() > 1
+    }
 }
 
 /// The measured surface of the active series.
@@ -58,21 +154,27 @@ impl Surface {
     /// Lines the whole series adds to upstream files.
     #[must_use]
     pub fn added(&self) -> usize {
-        self.patches.iter().map(|p| p.added).sum()
+        self.patches.iter().map(PatchSurface::added).sum()
     }
 
     /// Lines the whole series removes from upstream files.
     #[must_use]
     pub fn removed(&self) -> usize {
-        self.patches.iter().map(|p| p.removed).sum()
+        self.patches.iter().map(PatchSurface::removed).sum()
     }
 
-    /// The largest glue module.
+    /// Hunks the whole series makes in upstream files.
     #[must_use]
-    pub fn largest_glue(&self) -> Option<&NewFile> {
+    pub fn hunks(&self) -> usize {
+        self.patches.iter().map(|p| p.hunks.len()).sum()
+    }
+
+    /// New files inside the crate that more than one patch edits.
+    pub fn shared_new_files(&self) -> impl Iterator<Item = &NewFile> {
         self.glue
             .iter()
-            .max_by(|a, b| a.lines.cmp(&b.lines).then(b.path.cmp(&a.path)))
+            .chain(&self.other_new)
+            .filter(|f| f.is_shared())
     }
 
     /// Markdown section for `FORK_PATCHES.md`.
@@ -84,7 +186,9 @@ impl Surface {
         m.push('\n');
         let _ = writeln!(
             m,
-            "Lines the series adds to / removes from files that exist in the baseline: +{}{} / -{}{}.",
+            "What can conflict on the next sync: the hunks the series makes in files that exist in the baseline, \
+             and the upstream items they touch. {} hunk(s) add / remove +{}{} / -{}{} lines.",
+            self.hunks(),
             self.added(),
             limit(limits.and_then(|l| l.max_added_lines_in_upstream_files)),
             self.removed(),
@@ -92,39 +196,61 @@ impl Surface {
         );
         m.push('\n');
         if !self.patches.is_empty() {
-            let _ = writeln!(m, "| patch | + in upstream files | - in upstream files |");
-            let _ = writeln!(m, "|-------|--------------------:|--------------------:|");
+            let _ = writeln!(m, "| patch | hunks | + | - | upstream items touched |");
+            let _ = writeln!(m, "|-------|------:|--:|--:|------------------------|");
             for p in &self.patches {
-                let _ = writeln!(m, "| `{}` | {} | {} |", p.id, p.added, p.removed);
+                let _ = writeln!(
+                    m,
+                    "| `{}` | {} | {} | {} | {} |",
+                    p.id,
+                    p.hunks.len(),
+                    p.added(),
+                    p.removed(),
+                    if p.hunks.is_empty() {
+                        "—".to_owned()
+                    } else {
+                        p.touched_text(true)
+                    }
+                );
+            }
+            m.push('\n');
+            let _ = writeln!(m, "### Hunks in upstream files");
+            for p in self.patches.iter().filter(|p| !p.hunks.is_empty()) {
+                m.push('\n');
+                let _ = writeln!(m, "`{}`:", p.id);
+                m.push('\n');
+                let _ = writeln!(m, "| file | hunk | + | - | touches |");
+                let _ = writeln!(m, "|------|------|--:|--:|---------|");
+                for h in &p.hunks {
+                    let _ = writeln!(
+                        m,
+                        "| `{}` | `{}` | {} | {} | {} |",
+                        h.path,
+                        h.header,
+                        h.added,
+                        h.removed,
+                        code_list(&h.items)
+                    );
+                }
             }
             m.push('\n');
         }
-        match self.largest_glue() {
-            None => {
-                let _ = writeln!(m, "Glue modules (new `.rs` files inside the crate): none.");
-            }
-            Some(largest) => {
-                let _ = writeln!(
-                    m,
-                    "Glue modules (new `.rs` files inside the crate): {}, largest `{}` with {} lines{}.",
-                    self.glue.len(),
-                    largest.path,
-                    largest.lines,
-                    limit(limits.and_then(|l| l.max_glue_module_lines)),
-                );
-                m.push('\n');
-                for g in &self.glue {
-                    let _ = writeln!(m, "- `{}`: {} lines", g.path, g.lines);
-                }
-            }
+        if self.glue.is_empty() {
+            let _ = writeln!(m, "Glue modules (new `.rs` files inside the crate): none.");
+        } else {
+            let _ = writeln!(
+                m,
+                "Glue modules (new `.rs` files inside the crate; each belongs to the one patch that edits it): {}.",
+                self.glue.len()
+            );
+            m.push('\n');
+            new_file_table(&mut m, "glue module", &self.glue);
         }
         if !self.other_new.is_empty() {
             m.push('\n');
             let _ = writeln!(m, "Other new files inside the crate:");
             m.push('\n');
-            for f in &self.other_new {
-                let _ = writeln!(m, "- `{}`: {} lines", f.path, f.lines);
-            }
+            new_file_table(&mut m, "file", &self.other_new);
         }
         m.push('\n');
         let forbid = limits.is_some_and(|l| l.forbid_glue_import_cycles);
@@ -167,29 +293,40 @@ impl Surface {
             } else {
                 self.patches
                     .iter()
-                    .map(|p| format!("{} +{}/-{}", p.id, p.added, p.removed))
+                    .map(|p| format!("{} +{}/-{}", p.id, p.added(), p.removed()))
                     .collect::<Vec<_>>()
                     .join(", ")
             }
         );
-        let _ = writeln!(
-            s,
-            "glue modules: {}",
-            match self.largest_glue() {
-                None => "none".to_owned(),
-                Some(l) => format!(
-                    "{} ({}), largest {} with {} lines",
-                    self.glue.len(),
-                    self.glue
-                        .iter()
-                        .map(|g| format!("{} {}", g.path, g.lines))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    l.path,
-                    l.lines
-                ),
+        for p in &self.patches {
+            let _ = writeln!(
+                s,
+                "  {}: {} hunk(s){}{}",
+                p.id,
+                p.hunks.len(),
+                if p.hunks.is_empty() { "" } else { " in " },
+                p.touched_text(false)
+            );
+        }
+        if self.glue.is_empty() {
+            let _ = writeln!(s, "glue modules: none");
+        } else {
+            let _ = writeln!(s, "glue modules: {}", self.glue.len());
+            for g in &self.glue {
+                let _ = writeln!(
+                    s,
+                    "  {} {} lines, edited by {}{}",
+                    g.path,
+                    g.lines,
+                    g.patches.join(", "),
+                    if g.is_shared() {
+                        " (more than one patch)"
+                    } else {
+                        ""
+                    }
+                );
             }
-        );
+        }
         let _ = writeln!(
             s,
             "import cycles through glue: {}",
@@ -224,7 +361,7 @@ impl Surface {
             out.push(format!(
                 "the series adds {} lines to upstream files, over the limit of {max} ({})",
                 self.added(),
-                by_patch(|p| p.added)
+                by_patch(PatchSurface::added)
             ));
         }
         if let Some(max) = limits.max_removed_lines_in_upstream_files
@@ -233,26 +370,84 @@ impl Surface {
             out.push(format!(
                 "the series removes {} lines from upstream files, over the limit of {max} ({})",
                 self.removed(),
-                by_patch(|p| p.removed)
+                by_patch(PatchSurface::removed)
             ));
         }
-        if let Some(max) = limits.max_glue_module_lines {
-            for g in self.glue.iter().filter(|g| g.lines > max) {
-                out.push(format!(
-                    "glue module {} has {} lines, over the limit of {max}",
-                    g.path, g.lines
-                ));
-            }
-        }
-        if limits.forbid_glue_import_cycles {
-            for c in &self.cycles {
-                out.push(format!(
-                    "import cycle through a glue module: {}",
-                    cycle_text(c)
-                ));
-            }
-        }
         out
+    }
+
+    /// Every import cycle through a glue module, as a problem (when
+    /// `limits` forbids them).
+    #[must_use]
+    pub fn cycle_violations(&self, limits: &SurfaceLimits) -> Vec<String> {
+        if !limits.forbid_glue_import_cycles {
+            return Vec::new();
+        }
+        self.cycles
+            .iter()
+            .map(|c| format!("import cycle through a glue module: {}", cycle_text(c)))
+            .collect()
+    }
+
+    /// Every new file inside the crate that more than one patch edits, as a
+    /// problem: a glue module belongs to one patch, so a rebase of one patch
+    /// never has to be replayed through another's edits of it.
+    #[must_use]
+    pub fn ownership_violations(&self) -> Vec<String> {
+        self.shared_new_files()
+            .map(|f| {
+                format!(
+                    "{} {} is edited by {} patches: {} (created by {}); a new file belongs to the one patch that creates it: \
+                     move the later edits into that patch, or the shared code into a fork crate",
+                    if f.path.ends_with(".rs") {
+                        "glue module"
+                    } else {
+                        "new file"
+                    },
+                    f.path,
+                    f.patches.len(),
+                    f.patches.join(", "),
+                    f.patches[0]
+                )
+            })
+            .collect()
+    }
+}
+
+fn code_list(items: &[String]) -> String {
+    if items.is_empty() {
+        "—".to_owned()
+    } else {
+        items
+            .iter()
+            .map(|i| {
+                if i == enclosing::MODULE_LEVEL {
+                    i.clone()
+                } else {
+                    format!("`{i}`")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+fn new_file_table(m: &mut String, what: &str, files: &[NewFile]) {
+    let _ = writeln!(m, "| {what} | lines | edited by |");
+    let _ = writeln!(m, "|---|------:|-----------|");
+    for f in files {
+        let _ = writeln!(
+            m,
+            "| `{}` | {} | {}{} |",
+            f.path,
+            f.lines,
+            code_list(&f.patches),
+            if f.is_shared() {
+                " (**more than one patch**)"
+            } else {
+                ""
+            }
+        );
     }
 }
 
@@ -264,52 +459,84 @@ fn line_count(text: &str) -> usize {
     text.lines().count()
 }
 
+/// Reads a file of one tree (`None`: it does not exist there).
+pub type FileReader<'r, E> = dyn FnMut(&str) -> Result<Option<String>, E> + 'r;
+
+/// Reads a file as patch `i` finds it.
+pub type PrefixReader<'r, E> = dyn FnMut(usize, &str) -> Result<Option<String>, E> + 'r;
+
+/// Readers of the trees a surface is measured on.
+pub struct Trees<'r, E> {
+    /// Whether a repo-relative file exists in the baseline.
+    pub in_baseline: &'r mut dyn FnMut(&str) -> Result<bool, E>,
+    /// A file as patch `i` (0-based, in series order) finds it: the
+    /// baseline plus the patches before it.
+    pub before: &'r mut PrefixReader<'r, E>,
+    /// A file of the fully patched tree.
+    pub patched: &'r mut FileReader<'r, E>,
+}
+
 /// Measures the surface of `patches` (id and parsed file, in order).
-/// `in_baseline` says whether a repo-relative file exists in the baseline;
-/// `patched` reads a file of the fully patched tree.
 ///
 /// # Errors
 /// Whatever the readers return.
 pub fn measure<E>(
     registry: &Registry,
     patches: &[(&str, &ParsedPatch)],
-    in_baseline: &mut dyn FnMut(&str) -> Result<bool, E>,
-    patched: &mut dyn FnMut(&str) -> Result<Option<String>, E>,
+    trees: Trees<'_, E>,
 ) -> Result<Surface, E> {
     let crate_dir = registry.upstream.path.as_str();
     let crate_prefix = format!("{crate_dir}/");
     let mut surface = Surface::default();
-    let mut created: BTreeSet<String> = BTreeSet::new();
-    for (id, parsed) in patches {
-        let mut added = 0;
-        let mut removed = 0;
+    let mut created: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (index, (id, parsed)) in patches.iter().enumerate() {
+        let mut hunks = Vec::new();
         for file in &parsed.files {
-            if in_baseline(&file.path)? {
-                for line in file.hunks.iter().flat_map(|h| &h.lines) {
-                    match line {
-                        HunkLine::Insert(_) => added += 1,
-                        HunkLine::Delete(_) => removed += 1,
-                        HunkLine::Context(_) => {}
-                    }
+            if (trees.in_baseline)(&file.path)? {
+                let before = (trees.before)(index, &file.path)?;
+                for h in &file.hunks {
+                    let added = h
+                        .lines
+                        .iter()
+                        .filter(|l| matches!(l, HunkLine::Insert(_)))
+                        .count();
+                    let removed = h
+                        .lines
+                        .iter()
+                        .filter(|l| matches!(l, HunkLine::Delete(_)))
+                        .count();
+                    let items = before.as_deref().map_or_else(Vec::new, |text| {
+                        enclosing::touched_items(&file.path, text, h)
+                    });
+                    hunks.push(HunkSurface {
+                        path: file.path.clone(),
+                        header: h.header(),
+                        added,
+                        removed,
+                        items,
+                    });
                 }
             } else if file.path.starts_with(&crate_prefix) {
-                created.insert(file.path.clone());
+                let editors = created.entry(file.path.clone()).or_default();
+                if !editors.iter().any(|e| e == id) {
+                    editors.push((*id).to_owned());
+                }
             }
         }
         surface.patches.push(PatchSurface {
             id: (*id).to_owned(),
-            added,
-            removed,
+            hunks,
         });
     }
     let mut glue_modules = BTreeSet::new();
-    for path in created {
-        let Some(text) = patched(&path)? else {
+    for (path, editors) in created {
+        let Some(text) = (trees.patched)(&path)? else {
             continue;
         };
         let file = NewFile {
             lines: line_count(&text),
             path: path.clone(),
+            patches: editors,
         };
         if path.ends_with(".rs") {
             glue_modules.insert(path);
@@ -319,7 +546,7 @@ pub fn measure<E>(
         }
     }
     if !glue_modules.is_empty() {
-        let graph = modgraph::build(crate_dir, patched)?;
+        let graph = modgraph::build(crate_dir, trees.patched)?;
         let glue_names: BTreeSet<String> = graph
             .files
             .iter()
@@ -379,10 +606,34 @@ new file mode 100644
 +pub fn plan() { open(); }
 ";
 
-    #[test]
-    fn counts_upstream_lines_glue_and_cycles_and_enforces_limits() {
+    /// A second patch that edits the first one's glue module and a method
+    /// of an upstream file.
+    const SECOND: &str = "\
+diff --git a/c/src/pool.rs b/c/src/pool.rs
+--- a/c/src/pool.rs
++++ b/c/src/pool.rs
+@@ -1,2 +1,2 @@
+-pub fn open() {}
++pub fn open() { let _ = 1; }
+ pub fn run() { crate::resume::plan(); }
+diff --git a/c/src/resume.rs b/c/src/resume.rs
+--- a/c/src/resume.rs
++++ b/c/src/resume.rs
+@@ -1,2 +1,3 @@
+ use crate::pool::open;
+ pub fn plan() { open(); }
++pub fn again() {}
+";
+
+    fn measure_two(patches: &[(&str, &ParsedPatch)]) -> Surface {
         let registry = Registry::parse(REGISTRY, std::path::Path::new("patches.json")).unwrap();
-        let parsed = patchfile::parse(PATCH).unwrap();
+        let baseline: BTreeMap<&str, &str> = BTreeMap::from([
+            ("c/src/lib.rs", "pub mod pool;\n// old\n"),
+            (
+                "c/src/pool.rs",
+                "pub fn open() {}\npub fn run() { crate::resume::plan(); }\n",
+            ),
+        ]);
         let patched: BTreeMap<&str, &str> = BTreeMap::from([
             ("c/src/lib.rs", "pub mod pool;\npub mod resume;\n// new\n"),
             (
@@ -394,21 +645,42 @@ new file mode 100644
                 "use crate::pool::open;\npub fn plan() { open(); }\n",
             ),
         ]);
-        let surface = measure::<()>(
+        measure::<()>(
             &registry,
-            &[("p", &parsed)],
-            &mut |p: &str| Ok(p != "c/src/resume.rs"),
-            &mut |p: &str| Ok(patched.get(p).map(|t| (*t).to_owned())),
+            patches,
+            Trees {
+                in_baseline: &mut |p: &str| Ok(baseline.contains_key(p)),
+                before: &mut |_, p: &str| Ok(baseline.get(p).map(|t| (*t).to_owned())),
+                patched: &mut |p: &str| Ok(patched.get(p).map(|t| (*t).to_owned())),
+            },
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn counts_hunks_items_glue_and_cycles_and_enforces_limits() {
+        let parsed = patchfile::parse(PATCH).unwrap();
+        let surface = measure_two(&[("p", &parsed)]);
         assert_eq!((surface.added(), surface.removed()), (2, 1));
+        assert_eq!(
+            surface.patches[0].hunks,
+            vec![HunkSurface {
+                path: "c/src/lib.rs".into(),
+                header: "@@ -1,2 +1,3 @@".into(),
+                added: 2,
+                removed: 1,
+                items: vec![enclosing::MODULE_LEVEL.into()],
+            }]
+        );
         assert_eq!(
             surface.glue,
             vec![NewFile {
                 path: "c/src/resume.rs".into(),
-                lines: 2
+                lines: 2,
+                patches: vec!["p".into()],
             }]
         );
+        assert!(surface.ownership_violations().is_empty());
         assert_eq!(
             surface.cycles,
             vec![vec![
@@ -420,23 +692,46 @@ new file mode 100644
         let limits = SurfaceLimits {
             max_added_lines_in_upstream_files: Some(1),
             max_removed_lines_in_upstream_files: Some(1),
-            max_glue_module_lines: Some(1),
+            max_glue_module_lines: None,
             forbid_glue_import_cycles: true,
         };
         assert_eq!(
             surface.violations(&limits),
-            vec![
-                "the series adds 2 lines to upstream files, over the limit of 1 (p 2)",
-                "glue module c/src/resume.rs has 2 lines, over the limit of 1",
-                "import cycle through a glue module: resume (glue) → pool → resume (glue)",
-            ]
+            vec!["the series adds 2 lines to upstream files, over the limit of 1 (p 2)"]
+        );
+        assert_eq!(
+            surface.cycle_violations(&limits),
+            vec!["import cycle through a glue module: resume (glue) → pool → resume (glue)"]
         );
         let generous = SurfaceLimits {
             max_added_lines_in_upstream_files: Some(2),
             max_removed_lines_in_upstream_files: Some(1),
-            max_glue_module_lines: Some(2),
+            max_glue_module_lines: None,
             forbid_glue_import_cycles: false,
         };
         assert!(surface.violations(&generous).is_empty());
+        assert!(surface.cycle_violations(&generous).is_empty());
+    }
+
+    #[test]
+    fn a_glue_module_edited_by_two_patches_is_a_violation_naming_both() {
+        let first = patchfile::parse(PATCH).unwrap();
+        let second = patchfile::parse(SECOND).unwrap();
+        let surface = measure_two(&[("p", &first), ("q", &second)]);
+        assert_eq!(surface.glue[0].patches, ["p", "q"]);
+        assert_eq!(surface.patches[1].hunks[0].items, ["open"]);
+        assert_eq!(
+            surface.patches[1].touched(),
+            [("pool.rs".to_owned(), vec!["open".to_owned()])]
+        );
+        assert_eq!(surface.patches[1].touched_text(true), "pool.rs: `open`");
+        let problems = surface.ownership_violations();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with(
+                "glue module c/src/resume.rs is edited by 2 patches: p, q (created by p)"
+            ),
+            "{problems:?}"
+        );
     }
 }

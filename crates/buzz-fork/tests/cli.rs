@@ -15,6 +15,8 @@ fn check_and_status_on_a_healthy_root() {
     ---------------|-------|-------|---------------|--------|------
     session-resume | exact | ok    | ok            | ok     |
 
+    checks: 14 of 14 passed
+
     check passed
     ");
     let (code, out, _) = run_bin(&f.root, &["status"]);
@@ -25,6 +27,7 @@ fn check_and_status_on_a_healthy_root() {
     session-resume | carried | upstreamable | yes     | 1 test(s), 1 snapshot(s)
 
     surface: +10 / -0 lines in upstream files (session-resume +10/-0)
+      session-resume: 2 hunk(s) in pool.rs: Pool::ensure_session, impl Pool
     glue modules: none
     import cycles through glue: none
     ");
@@ -182,18 +185,28 @@ fn fork_ci_workflow_contract() {
         "workflow_dispatch:",
         "scripts/fork ci --upstream-git \"$UPSTREAM_GIT\" --ref \"$UPSTREAM_REF\"",
         "--report target/fork-work/ci/report.json --write > ci-line.txt",
-        "if [ \"$code\" != 0 ] && [ \"$code\" != 3 ]; then exit \"$code\"; fi",
+        "if [ \"$code\" != 0 ] && [ \"$code\" != 3 ] && [ \"$code\" != 4 ]; then exit \"$code\"; fi",
         "uses: actions/upload-artifact@v4",
         "path: target/fork-work/ci/report.*",
         "if: steps.ci.outputs.result == 'ready'",
         "branch=\"fork/ready-$version\"",
         "if: steps.ci.outputs.result == 'blocked'",
+        "if: steps.ci.outputs.result == 'upstream-broken'",
     ] {
         assert!(text.contains(needle), "workflow lacks {needle:?}");
     }
     assert!(
         !text.contains("continue-on-error"),
         "a failing step must fail the job"
+    );
+    // The guards' PostgreSQL server is started by the tool, never skipped.
+    assert!(
+        !text.contains("BUZZ_TEST_SKIP_POSTGRES") && !text.contains("BUZZ_TEST_POSTGRES_URL:"),
+        "the workflow must not skip or stand in for the guards' server"
+    );
+    assert_eq!(
+        buzz_fork::cmd::ci::CiResult::UpstreamBroken.as_str(),
+        "upstream-broken"
     );
     // The report fields the workflow reads exist.
     let report = buzz_fork::cmd::ci::CiResult::Ready.as_str();

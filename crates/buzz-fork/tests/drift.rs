@@ -758,6 +758,8 @@ fn workspace_baseline_imports_the_sibling_crate_and_verify_builds_both() {
         out.contains("resume-within-limit | ok           | 1 passed"),
         "{out}"
     );
+    // Its guard calls the function the patch adds: an API guard, said so.
+    assert!(out.contains("| ok: 1 API guard"), "{out}");
     assert!(
         std::fs::read_to_string(root.join("target/fork-work/tree/crates/buzz-core/src/lib.rs"))
             .unwrap()
@@ -793,4 +795,112 @@ fn a_broken_first_patch_is_one_root_problem_plus_a_count() {
         err.starts_with("error: [session-store-resume] crates/buzz-acp/src/lib.rs hunk #1 @@ -1,3 +1,4 @@: removed/context lines not found"),
         "{err}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Upstream first (`tests/drift/upstream-broken/`): fork CI runs the new
+// upstream's own tests before it applies the series.
+// ---------------------------------------------------------------------------
+
+/// A scratch root for the `upstream-broken` case: the fork's root manifest
+/// and tests package, the baseline crate, the one-patch series.
+fn setup_upstream_broken() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let src = corpus("upstream-broken");
+    copy_dir(&src.join("root"), &root);
+    copy_dir(&src.join("base"), &root.join("crates/buzz-acp"));
+    copy_dir(&src.join("patches"), &root.join("patches"));
+    std::fs::copy(src.join("patches.json"), root.join("patches.json")).unwrap();
+    write(&root.join(".gitignore"), "/target\n");
+    let ctx = Context::new(Some(&root)).unwrap();
+    let registry = ctx.registry().unwrap();
+    write(
+        &root.join("FORK_PATCHES.md"),
+        &buzz_fork::cmd::render::inventory(&ctx, &registry).unwrap(),
+    );
+    let text = std::fs::read_to_string(root.join("patches/resume-stored-session.patch")).unwrap();
+    write(
+        &root.join("patches/content/resume-stored-session.txt"),
+        &buzz_fork::patchfile::content_snapshot(
+            "resume-stored-session",
+            &buzz_fork::patchfile::parse(&text).unwrap(),
+        ),
+    );
+    (dir, root)
+}
+
+fn ci_bin(root: &Path, upstream: &Path) -> (i32, buzz_fork::cmd::ci::CiReport, String, String) {
+    let report = root.join("out/ci.json");
+    let (code, out, err) = run_bin(
+        root,
+        &[
+            "ci",
+            "--upstream",
+            upstream.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ],
+    );
+    let json = std::fs::read_to_string(&report)
+        .unwrap_or_else(|e| panic!("no report ({e}): exit {code}\n{out}\n{err}"));
+    (code, serde_json::from_str(&json).unwrap(), out, err)
+}
+
+#[test]
+fn an_upstream_that_fails_its_own_tests_is_upstream_broken_and_no_patch_is_blamed() {
+    use buzz_fork::cmd::ci::CiResult;
+    let (_dir, root) = setup_upstream_broken();
+    let (code, out, _) = run_bin(&root, &["check"]);
+    assert_eq!(code, 0, "{out}");
+    let before = std::fs::read(root.join("patches.json")).unwrap();
+    let (code, report, out, err) = ci_bin(&root, &corpus("upstream-broken").join("upstream"));
+    assert_eq!(code, 4, "{out}\n{err}");
+    assert_eq!(
+        out,
+        "upstream-broken 0.9.1: upstream fails its own tests before any patch is applied: \
+         fails buzz-acp::own::upstream_broke_this_test \
+         (flaky, passed when run again: buzz-acp::own::upstream_flaky_test); \
+         no patch is blamed (the series: the synced series fails verify --mutation: \
+         [tree] the whole test suite of the patched tree fails)\n"
+    );
+    assert_eq!(report.result, CiResult::UpstreamBroken);
+    // Upstream's own run, before the series.
+    let up = report.upstream_tests.as_ref().unwrap();
+    assert_eq!(up.packages, ["buzz-acp"]);
+    assert_eq!(up.broken, ["buzz-acp::own::upstream_broke_this_test"]);
+    assert_eq!(up.flaky, ["buzz-acp::own::upstream_flaky_test"]);
+    // The series' run is kept: it re-applied exactly, and its guard still
+    // proves the patch; only upstream's own test fails the whole suite.
+    assert_eq!(report.sync.result, SyncResult::Ready);
+    assert_eq!(report.sync.patches[0].status, SyncStatus::Exact);
+    let series = report.verify.as_ref().unwrap();
+    assert_eq!(
+        series.problems,
+        ["[tree] the whole test suite of the patched tree fails"]
+    );
+    assert_eq!(series.rows[0].mutation, "ok: 1 killed");
+    let md = std::fs::read_to_string(root.join("out/ci.md")).unwrap();
+    assert!(
+        md.contains("## Upstream's own tests (before the series): FAILED"),
+        "{md}"
+    );
+    // Nothing in the repository changed.
+    assert_eq!(std::fs::read(root.join("patches.json")).unwrap(), before);
+}
+
+#[test]
+fn a_flaky_upstream_test_is_reported_and_the_series_is_ready() {
+    use buzz_fork::cmd::ci::CiResult;
+    let (_dir, root) = setup_upstream_broken();
+    let (code, report, out, err) = ci_bin(&root, &corpus("upstream-broken").join("upstream-flaky"));
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(
+        out,
+        "ready 0.9.1: 1 exact; verify --mutation passed; \
+         upstream's own tests were flaky: buzz-acp::own::upstream_flaky_test\n"
+    );
+    assert_eq!(report.result, CiResult::Ready);
+    let up = report.upstream_tests.unwrap();
+    assert!(up.broken.is_empty() && up.not_built.is_empty(), "{up:?}");
 }

@@ -19,6 +19,8 @@ fn empty_series_is_valid() {
     insta::assert_snapshot!(report.render(), @r"
     series is empty
 
+    checks: 14 of 14 passed
+
     check passed
     ");
 }
@@ -438,12 +440,117 @@ fn check_enforces_surface_limits_naming_the_offender() {
     );
     write(&f.root.join("patches.json"), &text);
     f.render();
-    assert!(f.check().is_ok(), "{}", f.check().render());
+    let report = f.check();
+    assert!(report.is_ok(), "{}", report.render());
     assert_eq!(
         f.registry()
             .surface
             .unwrap()
             .max_added_lines_in_upstream_files,
         Some(150)
+    );
+    // The retired per-module line limit is read, ignored and named.
+    assert!(
+        report
+            .render()
+            .contains("note: surface.max_glue_module_lines is deprecated and ignored"),
+        "{}",
+        report.render()
+    );
+}
+
+/// Registers a patch committed on top of the work repo's series, with a
+/// guard file, and refreshes.
+fn register_patch(f: &Fixture, id: &str, depends_on: &[&str]) {
+    let mut reg = f.registry();
+    let entry: buzz_fork::registry::PatchEntry = serde_json::from_value(serde_json::json!({
+        "id": id,
+        "file": format!("patches/{id}.patch"),
+        "title": format!("The {id} patch"),
+        "description": "A fixture patch.",
+        "reason": "fork-only",
+        "status": "carried",
+        "upstream": [],
+        "last_update": "2026-01-01",
+        "depends_on": depends_on,
+        "fork_crates": [],
+        "paths": [],
+        "required_symbols": [],
+        "seams": [],
+        "guard_tests": ["session_resume::unrelated"],
+        "guard_snapshots": ["tests/snapshots/session_resume__resumes.snap"],
+        "fixes_defects": [],
+        "retired": null
+    }))
+    .unwrap();
+    reg.patches.push(entry);
+    reg.save(&f.root).unwrap();
+    f.refresh();
+}
+
+#[test]
+fn a_glue_module_edited_by_two_patches_fails_check_naming_the_file_and_the_patches() {
+    let f = Fixture::new();
+    f.add_resume_patch();
+    // A patch that adds a glue module, wired in by one line of lib.rs.
+    f.apply();
+    let repo = f.work_repo();
+    let lib = std::fs::read_to_string(repo.join("crates/up/src/lib.rs")).unwrap();
+    write(
+        &repo.join("crates/up/src/lib.rs"),
+        &format!("{lib}pub mod glue;\n"),
+    );
+    write(
+        &repo.join("crates/up/src/glue.rs"),
+        "//! Glue.\n\npub fn first() {}\n",
+    );
+    git(&repo, &["add", "-A"]);
+    git(
+        &repo,
+        &["commit", "-qm", "Add glue\n\nFork-Patch-Id: add-glue"],
+    );
+    register_patch(&f, "add-glue", &[]);
+    let report = f.check();
+    assert!(report.is_ok(), "{}", report.render());
+    assert!(
+        f.read("FORK_PATCHES.md")
+            .contains("| `crates/up/src/glue.rs` | 3 | `add-glue` |"),
+        "{}",
+        f.read("FORK_PATCHES.md")
+    );
+
+    // A later patch edits the same glue module.
+    f.apply();
+    write(
+        &repo.join("crates/up/src/glue.rs"),
+        "//! Glue.\n\npub fn first() {}\n\npub fn second() {}\n",
+    );
+    git(
+        &repo,
+        &[
+            "commit",
+            "-qam",
+            "Extend glue\n\nFork-Patch-Id: extend-glue",
+        ],
+    );
+    register_patch(&f, "extend-glue", &["add-glue"]);
+    let report = f.check();
+    assert!(!report.is_ok());
+    assert_eq!(
+        problems(&f),
+        "[surface] glue module crates/up/src/glue.rs is edited by 2 patches: add-glue, extend-glue (created by add-glue); \
+         a new file belongs to the one patch that creates it: move the later edits into that patch, or the shared code into a fork crate"
+    );
+    assert!(
+        report.render().contains("glue-ownership FAIL (1)"),
+        "{}",
+        report.render()
+    );
+    assert!(
+        f.read("FORK_PATCHES.md").contains(
+            "| `crates/up/src/glue.rs` | 5 | `add-glue`, `extend-glue` (**more than one patch**) |"
+        ),
+        "{}",
+        f.read("FORK_PATCHES.md")
     );
 }

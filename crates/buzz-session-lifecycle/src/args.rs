@@ -6,9 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use buzz_session_store::{
-    KeyScheme, ReceiptStore, StoreArgs, StoreConfig, StoreError, StoreScope,
-};
+use buzz_session_store::{KeyScheme, ReceiptStore, StoreArgs, StoreConfig, StoreError, StoreScope};
 use clap::builder::BoolishValueParser;
 
 use crate::lifecycle::LifecycleConfig;
@@ -35,6 +33,10 @@ pub struct SessionArgs {
     #[cfg(feature = "residency")]
     #[command(flatten)]
     pub residency: ResidencyArgs,
+    /// Handoffs and whole-thread replacements.
+    #[cfg(feature = "continuity")]
+    #[command(flatten)]
+    pub continuity: ContinuityArgs,
 }
 
 /// Restart resume: durable receipts and `session/load` / `session/resume`.
@@ -82,11 +84,39 @@ pub struct ResidencyArgs {
     pub max_resident_sessions: usize,
 }
 
+/// Continuity across rotations: handoffs, limits that survive restores, whole-thread
+/// replacements. (The turn limit itself is upstream's `--max-turns-per-session`.)
+#[cfg(feature = "continuity")]
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+pub struct ContinuityArgs {
+    /// What a session the harness retires is asked for its handoff to its successor.
+    #[arg(long, env = "BUZZ_ACP_HANDOFF_PROMPT",
+          default_value = crate::rotation::DEFAULT_HANDOFF_INSTRUCTION, hide_default_value = true)]
+    pub handoff_prompt: String,
+
+    /// Retire a session (with a handoff) once its reported usage reaches this share of its
+    /// context window, in percent (0: never; agents that compact their own context need not).
+    #[arg(long, env = "BUZZ_ACP_ROTATE_AT_CONTEXT_PERCENT", default_value_t = 0,
+          value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub rotate_at_context_percent: u8,
+
+    /// Kilobytes of the whole thread given to a session that replaces a lost, exhausted or
+    /// unanswering one (instead of the last messages only).
+    #[arg(long, env = "BUZZ_ACP_WHOLE_THREAD_BUDGET_KB", default_value_t = 64)]
+    pub whole_thread_budget_kb: usize,
+}
+
 impl SessionArgs {
     /// The lifecycle's configuration. `owner_configured`: notices may mention `!rotate`;
-    /// `steer`: mid-turn input is steered into the running turn.
-    pub fn lifecycle_config(&self, owner_configured: bool, steer: bool) -> LifecycleConfig {
-        let _ = steer;
+    /// `steer`: mid-turn input is steered into the running turn; `max_turns`: upstream's
+    /// `--max-turns-per-session` (the lifecycle enforces it across restores, with continuity).
+    pub fn lifecycle_config(
+        &self,
+        owner_configured: bool,
+        steer: bool,
+        max_turns: Option<u32>,
+    ) -> LifecycleConfig {
+        let _ = (steer, max_turns);
         LifecycleConfig {
             resume: !self.resume.no_resume_sessions,
             retry: self.resume.retry_policy(),
@@ -95,6 +125,14 @@ impl SessionArgs {
             max_residents: self.residency.max_resident_sessions,
             #[cfg(feature = "residency")]
             steer,
+            #[cfg(feature = "continuity")]
+            continuity: crate::rotation::ContinuityConfig {
+                max_turns,
+                rotate_at_context_percent: (self.continuity.rotate_at_context_percent > 0)
+                    .then_some(self.continuity.rotate_at_context_percent),
+                handoff_instruction: self.continuity.handoff_prompt.clone(),
+                whole_thread_budget_bytes: self.continuity.whole_thread_budget_kb * 1024,
+            },
         }
     }
 
@@ -124,7 +162,9 @@ impl SessionArgs {
         if self.resume.no_resume_sessions {
             let disabled: Arc<dyn ReceiptStore> =
                 Arc::new(buzz_session_store::DisabledStore::new(scope, KEY_SCHEME));
-            return Ok(Arc::new(move || Ok(Arc::new(Arc::clone(&disabled)) as Arc<dyn Receipts>)));
+            return Ok(Arc::new(move || {
+                Ok(Arc::new(Arc::clone(&disabled)) as Arc<dyn Receipts>)
+            }));
         }
         let config = StoreConfig::from_args(&self.resume.store, scope, KEY_SCHEME, state_dir)?;
         Ok(Arc::new(move || {

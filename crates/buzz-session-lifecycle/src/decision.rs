@@ -56,9 +56,15 @@ pub enum NoticeCause {
     RestoreAbandoned,
     /// The receipt store could not be read in time; the answer comes from a new session.
     StoreUnavailable,
+    /// The harness retired the session (a limit, a configuration change) and continued in a new
+    /// one.
+    Rotated,
+    /// The session ran out of context space; the answer comes from a new session.
+    Exhausted,
 }
 
 /// A store operation, executed by the driver off the event loop, in order per scope.
+#[allow(clippy::large_enum_variant)] // a receipt (with `continuity`) is large; moved once per turn or store call, never kept in bulk
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreOp<K> {
     /// Read the scope's receipt (answered with [`crate::Driver`]'s read report).

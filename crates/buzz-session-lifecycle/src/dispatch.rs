@@ -59,6 +59,7 @@ pub trait Inbox<K, I> {
 }
 
 /// What the harness must start.
+#[allow(clippy::large_enum_variant)] // a receipt (with `continuity`) is large; moved once per turn or store call, never kept in bulk
 #[derive(Debug)]
 pub enum Step<W, B> {
     /// Spawn a worker into this slot (already marked spawning).
@@ -77,7 +78,11 @@ pub enum Step<W, B> {
 impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     /// Decides which waiting scopes run now and where, claims their workers, takes their
     /// batches and plans how each reaches its session. Returns what the harness must start.
-    pub fn dispatch<P, Q>(&mut self, workers: &mut P, inbox: &mut Q) -> Vec<Step<P::Worker, Q::Batch>>
+    pub fn dispatch<P, Q>(
+        &mut self,
+        workers: &mut P,
+        inbox: &mut Q,
+    ) -> Vec<Step<P::Worker, Q::Batch>>
     where
         P: Workers<K>,
         Q: Inbox<K, I>,
@@ -107,12 +112,20 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                 Placed::Dispose(scope, reason) => self.lifecycle.dispose_resident(&scope, reason),
                 Placed::Run(scope, target) => match workers.claim(target, &scope) {
                     Claimed::Worker(worker) => {
+                        let live = workers.live(&worker, &scope);
+                        if live.is_none() && self.lifecycle.needs_read(&scope) {
+                            // Placed without a read because an idle worker held the scope's
+                            // live session, but the pool handed out another worker: the turn
+                            // cannot continue the session, so the receipt is read first.
+                            workers.give_back(worker);
+                            self.lifecycle.read_receipt(&scope, now);
+                            continue;
+                        }
                         let Some(batch) = inbox.take(&scope) else {
                             workers.give_back(worker);
                             continue;
                         };
                         let slot = workers.slot(&worker);
-                        let live = workers.live(&worker, &scope);
                         let caps = workers.caps(&worker);
                         let inputs = Q::inputs(&batch);
                         let mut plan = self.lifecycle.start(&scope, slot, inputs, live, caps, now);

@@ -96,11 +96,28 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         self.lifecycle.configure_sessions(session);
     }
 
-    /// The owner switched the model (`!model`): new sessions get it, and live sessions created
-    /// under the old model are not continued.
-    pub fn set_model(&mut self, model: &str) {
+    /// The owner switched the model in `scope`'s thread (`!model`). New sessions get it. Without
+    /// in-place changes the thread's session is abandoned (`live` lists its copies on idle
+    /// workers) and other threads' sessions opened under the old model are not continued; with
+    /// them every session takes the model at its next turn, and none is abandoned.
+    pub fn model_switched(&mut self, scope: &K, model: &str, live: Vec<(usize, String)>) {
+        self.set_model(model);
+        #[cfg(feature = "config-in-place")]
+        {
+            let _ = live;
+            self.lifecycle.model_addressed(scope);
+        }
+        #[cfg(not(feature = "config-in-place"))]
+        self.abandon(scope, live);
+    }
+
+    fn set_model(&mut self, model: &str) {
         let fixed: Vec<&str> = self.fixed.iter().map(String::as_str).collect();
-        let mode = self.lifecycle.session_config().requested_permission_mode.clone();
+        let mode = self
+            .lifecycle
+            .session_config()
+            .requested_permission_mode
+            .clone();
         let session = SessionConfig::new(&fixed, Some(model), mode.as_deref());
         self.lifecycle.configure_sessions(session);
     }
@@ -143,7 +160,8 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
 
     /// See [`Lifecycle::settled`].
     pub fn settled(&mut self, scope: &K, delivered: Option<Delivered>) {
-        self.lifecycle.settled(scope, delivered);
+        let now = self.now();
+        self.lifecycle.settled(scope, delivered, now);
         self.take_out();
     }
 
@@ -197,6 +215,12 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         self.take_out();
     }
 
+    /// Store operations running on blocking threads now (see [`StoreIo::in_flight`]). For tests:
+    /// the harness never waits for the store, it `select!`s on [`Driver::store_progress`].
+    pub fn store_in_flight(&self) -> usize {
+        self.io.in_flight()
+    }
+
     /// Waits up to [`FLUSH_AT_SHUTDOWN`] for queued receipt writes (when the harness stops), and
     /// says how many were lost.
     pub async fn flush(&mut self) {
@@ -221,6 +245,28 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                 Report::Undecided { method, detail } => {
                     self.lifecycle.restore_undecided(&scope, method, detail)
                 }
+                #[cfg(feature = "config-in-place")]
+                Report::ModelSwitched { model } => {
+                    self.lifecycle.model_switched(&scope, &model, now)
+                }
+                #[cfg(feature = "config-in-place")]
+                Report::ModelRefused { model, detail } => {
+                    self.lifecycle.model_refused(&scope, &model, &detail, now)
+                }
+                #[cfg(feature = "continuity")]
+                Report::HandoffTaken {
+                    from_session_id,
+                    text,
+                } => self
+                    .lifecycle
+                    .handoff_taken(&scope, &from_session_id, &text, now),
+                #[cfg(feature = "continuity")]
+                Report::HandoffUnavailable {
+                    from_session_id,
+                    detail,
+                } => self
+                    .lifecycle
+                    .handoff_unavailable(&scope, &from_session_id, &detail),
             }
         }
         let events = self.io.poll();

@@ -13,7 +13,9 @@
 //! | `scope-keys` | `store-key-session-scope` | receipts keyed by the full scope |
 //! | `capability-gate` | `load-session-capability-gate` | only advertised restore and close methods |
 //! | `delta-context` | `delta-context-delivery` | the delivery ledger persisted and re-seeded |
-//! | `residency` | `resident-background-controllers` | [`residency`]: hot follow-ups |
+//! | `residency` | `resident-background-controllers` | `residency`: hot follow-ups |
+//! | `continuity` | `continuity-handoff` | `rotation`, `exhaustion`: durable limits, handoffs, whole thread |
+//! | `config-in-place` | `model-switch-in-place` | `config_change`: `!model` applied in place per thread |
 //!
 //! The pure core, one concept per module:
 //!
@@ -41,9 +43,13 @@
 pub mod args;
 pub mod classify;
 pub mod clock;
+#[cfg(feature = "config-in-place")]
+pub mod config_change;
 pub mod decision;
 pub mod dispatch;
 pub mod driver;
+#[cfg(feature = "continuity")]
+pub mod exhaustion;
 pub mod gate;
 pub mod lifecycle;
 pub mod mailbox;
@@ -57,6 +63,8 @@ pub mod release;
 #[cfg(feature = "residency")]
 pub mod residency;
 pub mod retry;
+#[cfg(feature = "continuity")]
+pub mod rotation;
 pub mod scope;
 pub mod session_config;
 pub mod settlement;

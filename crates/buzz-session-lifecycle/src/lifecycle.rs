@@ -51,6 +51,9 @@ pub struct LifecycleConfig {
     /// Live sessions kept resident for hot follow-ups (0: upstream routing, no residency).
     #[cfg(feature = "residency")]
     pub max_residents: usize,
+    /// Durable limits, handoffs and whole-thread replacements.
+    #[cfg(feature = "continuity")]
+    pub continuity: crate::rotation::ContinuityConfig,
     /// Mid-turn input is steered into the running turn (`--multiple-event-handling steer`).
     #[cfg(feature = "residency")]
     pub steer: bool,
@@ -66,6 +69,8 @@ impl Default for LifecycleConfig {
             max_residents: 8,
             #[cfg(feature = "residency")]
             steer: true,
+            #[cfg(feature = "continuity")]
+            continuity: crate::rotation::ContinuityConfig::default(),
         }
     }
 }
@@ -193,9 +198,22 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 .is_none_or(|k| k.session_id != session_id || k.fingerprint == config.fingerprint),
             session_id,
         });
+        // A retiring session is reached as if it continued: it is asked for its handoff first.
+        #[cfg(feature = "continuity")]
+        let retiring = match &state.next {
+            NextSession::Retire { reason } => Some(*reason),
+            _ => None,
+        };
+        #[cfg(feature = "continuity")]
+        let next = match retiring {
+            Some(_) => NextSession::Continue,
+            None => state.next.clone(),
+        };
+        #[cfg(not(feature = "continuity"))]
+        let next = state.next.clone();
         let (reach, discard) = reach::decide(Situation {
             live: live.as_ref(),
-            next: &state.next,
+            next: &next,
             resume,
             receipt: &state.receipt,
             config,
@@ -208,13 +226,20 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             } => state.told_unreadable.replace(now).is_none(),
             _ => false,
         };
-        state.receipt.consumed();
-        let plan = Plan {
-            fresh: state.next == NextSession::Fresh,
+        let fresh = state.next == NextSession::Fresh;
+        #[allow(unused_mut)]
+        let mut plan = Plan {
+            fresh,
             reach,
             discard,
-            report: Default::default(),
+            ..Plan::default()
         };
+        #[cfg(feature = "continuity")]
+        self.shape_continuity(scope, &mut plan, retiring);
+        #[cfg(feature = "config-in-place")]
+        self.plan_model_switch(scope, &mut plan);
+        let state = self.state(scope);
+        state.receipt.consumed();
         state.phase = Phase::Running(Box::new(Running {
             slot,
             plan: plan.clone(),
@@ -234,7 +259,8 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             self.release(scope, slot, &session_id);
         }
         if told {
-            let text = crate::notice::store_unavailable();
+            let gets = self.replacement_gets();
+            let text = crate::notice::store_unavailable(&gets);
             self.notice(scope, NoticeCause::StoreUnavailable, text);
         }
         self.next_start += 1;
@@ -317,11 +343,33 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         }));
     }
 
-    /// A session of `scope` was opened or reopened under `fingerprint`.
-    pub(crate) fn know(&mut self, scope: &K, session_id: &str, fingerprint: u64) {
+    /// What a new session that replaces a lost one is given, in the thread's words.
+    pub(crate) fn replacement_gets(&self) -> String {
+        #[cfg(feature = "continuity")]
+        {
+            crate::notice::whole_thread(self.whole_thread_budget())
+        }
+        #[cfg(not(feature = "continuity"))]
+        {
+            crate::notice::RECENT_MESSAGES.to_string()
+        }
+    }
+
+    /// A session of `scope` was opened or reopened under `fingerprint`, with `turns` completed
+    /// turns so far.
+    pub(crate) fn know(
+        &mut self,
+        scope: &K,
+        session_id: &str,
+        fingerprint: u64,
+        turns: Option<u32>,
+        model: Option<String>,
+    ) {
         self.state(scope).known = Some(KnownSession {
             session_id: session_id.to_string(),
             fingerprint,
+            turns,
+            model,
         });
     }
 }

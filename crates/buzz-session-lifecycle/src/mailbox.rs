@@ -25,6 +25,36 @@ pub enum Report {
         /// What the agent said (or the timeout).
         detail: String,
     },
+    /// The session took the plan's model switch in place.
+    #[cfg(feature = "config-in-place")]
+    ModelSwitched {
+        /// The model.
+        model: String,
+    },
+    /// The session refused the plan's model switch in place.
+    #[cfg(feature = "config-in-place")]
+    ModelRefused {
+        /// The model.
+        model: String,
+        /// What the agent said.
+        detail: String,
+    },
+    /// The retiring session answered the handoff instruction.
+    #[cfg(feature = "continuity")]
+    HandoffTaken {
+        /// The retiring session.
+        from_session_id: String,
+        /// Its answer.
+        text: String,
+    },
+    /// The retiring session could not answer the handoff instruction.
+    #[cfg(feature = "continuity")]
+    HandoffUnavailable {
+        /// The retiring session.
+        from_session_id: String,
+        /// Why (what the agent said, the timeout, its death).
+        detail: String,
+    },
 }
 
 /// Where turn tasks report. Cheap to clone; shared by the event loop (which drains it) and every
@@ -78,7 +108,11 @@ pub struct Reporter(Option<Arc<dyn Fn(Report) + Send + Sync>>);
 
 impl std::fmt::Debug for Reporter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "Reporter" } else { "Reporter(detached)" })
+        f.write_str(if self.0.is_some() {
+            "Reporter"
+        } else {
+            "Reporter(detached)"
+        })
     }
 }
 
@@ -92,7 +126,12 @@ impl Reporter {
 
     /// `session/new` created `session_id`, with the model and permission mode actually applied
     /// (`None`: the agent's default).
-    pub fn created(&self, session_id: &str, model: &Option<String>, permission_mode: &Option<String>) {
+    pub fn created(
+        &self,
+        session_id: &str,
+        model: &Option<String>,
+        permission_mode: &Option<String>,
+    ) {
         self.post(Report::Opened(Opened::Created {
             session_id: session_id.to_string(),
             model: model.clone(),

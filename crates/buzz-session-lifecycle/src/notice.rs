@@ -35,30 +35,92 @@ pub fn restore_retrying(detail: &str, give_up_after: Duration, owner_configured:
     text
 }
 
-/// The agent answered that it no longer has the thread's session.
-pub fn restore_lost(detail: &str) -> String {
+/// What a new session that replaces a lost one is given: upstream's window ("only the recent
+/// messages") or, with continuity, the whole thread.
+pub const RECENT_MESSAGES: &str = "only the recent messages";
+
+/// The agent answered that it no longer has the thread's session; the new session has `gets`.
+pub fn restore_lost(detail: &str, gets: &str) -> String {
     format!(
         "This thread's earlier session is gone on the agent's side{}, so I am continuing in a \
-         new session that has only the recent messages.",
+         new session that has {gets}.",
         quoted(detail)
     )
 }
 
-/// The harness gave up: the answer comes from a new session.
-pub fn restore_abandoned(detail: &str) -> String {
+/// The harness gave up: the answer comes from a new session that has `gets`.
+pub fn restore_abandoned(detail: &str, gets: &str) -> String {
     format!(
         "I could not restore this thread's earlier context{}, so I am continuing in a new \
-         session that has only the recent messages.",
+         session that has {gets}.",
+        quoted(detail)
+    )
+}
+
+/// "the whole thread (up to N KB)".
+#[cfg(feature = "continuity")]
+pub fn whole_thread(budget_bytes: usize) -> String {
+    format!(
+        "the whole thread (up to {} KB)",
+        budget_bytes.div_ceil(1024)
+    )
+}
+
+/// A retired session handed off: the new session starts from its handoff.
+#[cfg(feature = "continuity")]
+pub fn handed_off(
+    reason: crate::rotation::RetireReason,
+    config: &crate::rotation::ContinuityConfig,
+) -> String {
+    use crate::rotation::RetireReason;
+    let why = match reason {
+        RetireReason::TurnLimit => match config.max_turns {
+            Some(max) => format!("reached its limit of {max} turns"),
+            None => "reached its turn limit".to_string(),
+        },
+        RetireReason::ContextNearlyFull => "was nearly out of context space".to_string(),
+        RetireReason::ModelChange => "cannot switch models in place".to_string(),
+        RetireReason::Exhausted => "ran out of context space".to_string(),
+    };
+    format!(
+        "This thread's session {why}, so I asked it for a handoff and continued in a new session \
+         that starts from that handoff."
+    )
+}
+
+/// A retired session could not hand off: the new session has the whole thread.
+#[cfg(feature = "continuity")]
+pub fn handoff_unavailable(detail: &str, budget_bytes: usize) -> String {
+    format!(
+        "This thread's session had to be replaced but could not hand off{}, so I am continuing \
+         in a new session that has {}.",
+        quoted(detail),
+        whole_thread(budget_bytes)
+    )
+}
+
+/// A session refused the prompt as too long.
+#[cfg(feature = "continuity")]
+pub fn exhausted(detail: &str, budget_bytes: usize, was_whole_thread: bool) -> String {
+    let gets = if was_whole_thread {
+        "only the recent messages (the whole thread did not fit either)".to_string()
+    } else {
+        whole_thread(budget_bytes)
+    };
+    format!(
+        "This thread's session ran out of context space{}, so I am continuing in a new session \
+         that has {gets}.",
         quoted(detail)
     )
 }
 
 /// The receipt store did not answer in time and this harness knew nothing of the thread's
 /// session: the answer comes from a new session, which becomes the thread's session.
-pub fn store_unavailable() -> String {
-    "I could not reach the record of this thread's earlier session in time (the session store is \
-     unavailable), so I am continuing in a new session that has only the recent messages."
-        .to_string()
+pub fn store_unavailable(gets: &str) -> String {
+    format!(
+        "I could not reach the record of this thread's earlier session in time (the session store \
+         is unavailable), so I am continuing in a new session that has {gets}."
+    )
 }
 
 #[cfg(test)]
@@ -77,11 +139,11 @@ mod tests {
         assert!(!t.contains("!rotate"));
         assert!(restore_retrying("x", Duration::from_secs(30), true).contains("!rotate"));
         let long = "y".repeat(500);
-        let t = restore_abandoned(&long);
+        let t = restore_abandoned(&long, RECENT_MESSAGES);
         assert!(
             t.contains(&format!("({}…)", "y".repeat(DETAIL_CHARS))),
             "{t}"
         );
-        assert!(!restore_abandoned("").contains("()"));
+        assert!(!restore_abandoned("", RECENT_MESSAGES).contains("()"));
     }
 }

@@ -47,7 +47,7 @@ pub enum Opened {
 }
 
 /// How a turn ended, in the lifecycle's terms.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum TurnOutcome {
     /// The agent answered; the reply is being published.
     Replied {
@@ -68,7 +68,14 @@ pub enum TurnOutcome {
     },
     /// The agent reported an error (or the restore failed without a definitive answer, which
     /// the task reported separately); the input comes back.
-    Failed,
+    Failed {
+        /// What the agent said (`None`: not an agent error, e.g. a protocol error), and who it
+        /// is.
+        failure: Option<(
+            crate::classify::AgentFailure,
+            crate::classify::AgentIdentity,
+        )>,
+    },
     /// The worker process died or the turn task crashed; the input comes back.
     WorkerLost,
 }
@@ -94,6 +101,21 @@ pub struct Delivered {
     pub standing_context_sent: bool,
     /// Event ids shown to the session, as triggers or as context.
     pub event_ids: Vec<String>,
+    /// The last usage the session reported.
+    pub usage: Option<buzz_session_store::Usage>,
+}
+
+/// Whether a turn gave its session a pending handoff.
+fn delivers_handoff<I>(running: &crate::phase::Running<I>) -> bool {
+    #[cfg(feature = "continuity")]
+    {
+        matches!(running.plan.context, crate::reach::FirstContext::Handoff(_))
+    }
+    #[cfg(not(feature = "continuity"))]
+    {
+        let _ = running;
+        false
+    }
 }
 
 impl<K: Scope, I: Input> Lifecycle<K, I> {
@@ -115,7 +137,14 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                     method,
                 });
                 if !abandoned {
-                    self.know(scope, &session_id, fingerprint);
+                    let record = self
+                        .scopes
+                        .get(scope)
+                        .and_then(|s| s.receipt.belief.record())
+                        .filter(|r| r.session_id == session_id);
+                    let turns = record.and_then(|r| r.turns);
+                    let model = record.and_then(|r| r.model.clone());
+                    self.know(scope, &session_id, fingerprint, turns, model);
                 }
             }
             Opened::Lost {
@@ -129,14 +158,22 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                     session_id,
                     method,
                 });
-                let text = crate::notice::restore_lost(&detail);
+                let gets = self.replacement_gets();
+                let text = crate::notice::restore_lost(&detail, &gets);
                 self.notice(scope, NoticeCause::SessionLost, text);
+                #[cfg(feature = "continuity")]
+                self.lost_replan(scope);
             }
             Opened::Created {
                 session_id,
                 model,
                 permission_mode,
             } => {
+                #[cfg(feature = "continuity")]
+                let handoff = match &running.plan.context {
+                    crate::reach::FirstContext::Handoff(handoff) => Some(handoff.clone()),
+                    _ => None,
+                };
                 running.session_id = Some(session_id.clone());
                 running.retry = None;
                 if running.abandoned {
@@ -147,13 +184,24 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 let requested = running.config.clone();
                 let state = self.state(scope);
                 state.next = NextSession::Continue;
-                self.know(scope, &session_id, requested.fingerprint);
+                self.know(
+                    scope,
+                    &session_id,
+                    requested.fingerprint,
+                    Some(0),
+                    model.clone(),
+                );
                 if self.config.resume {
                     let mut record = buzz_session_store::SessionRecord::new(session_id);
                     record.model = model;
                     record.permission_mode = permission_mode;
                     record.requested_model = requested.requested_model;
                     record.requested_permission_mode = requested.requested_permission_mode;
+                    #[cfg(feature = "continuity")]
+                    {
+                        record.turns = Some(0);
+                        record.handoff = handoff;
+                    }
                     self.put(scope, record, now);
                 }
             }
@@ -182,7 +230,11 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             requeue_without_attempt: false,
             requeue_front: Vec::new(),
         };
-        let running = match self.scopes.get_mut(scope).map(|s| std::mem::take(&mut s.phase)) {
+        let running = match self
+            .scopes
+            .get_mut(scope)
+            .map(|s| std::mem::take(&mut s.phase))
+        {
             Some(Phase::Running(running)) => *running,
             Some(other) => {
                 self.state(scope).phase = other;
@@ -209,7 +261,12 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 after.requeue_without_attempt = true;
                 let stale = running.plan.hot_session().unwrap_or_default().to_string();
                 #[cfg(feature = "residency")]
-                self.drop_live(scope, slot, &stale, crate::residency::DisposeReason::AgentExit);
+                self.drop_live(
+                    scope,
+                    slot,
+                    &stale,
+                    crate::residency::DisposeReason::AgentExit,
+                );
                 self.record(Record::PlanStale {
                     scope: scope.label(),
                     session_id: stale,
@@ -219,13 +276,17 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 after.requeue_without_attempt = true;
                 self.restore_failed(scope, running.retry, method, &detail, &running.inputs, now);
             }
-            (TurnOutcome::Replied {
-                session_id,
-                rotated,
-            }, None) => {
+            (
+                TurnOutcome::Replied {
+                    session_id,
+                    rotated,
+                },
+                None,
+            ) => {
                 self.replied_turn(scope, &running, &session_id, rotated, now);
             }
-            (TurnOutcome::Cancelled, None) => {
+            (TurnOutcome::Cancelled, None) =>
+            {
                 #[cfg(feature = "residency")]
                 if let Some(session_id) = &running.session_id {
                     let reason = crate::residency::DisposeReason::Cancelled;
@@ -239,8 +300,39 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                     self.release(scope, slot, session_id);
                 }
             }
-            (TurnOutcome::Requeued { .. }, None) => {}
-            (TurnOutcome::Failed, None) => {
+            (TurnOutcome::Requeued { .. }, None) => {
+                // Handed back to run again. If the scope was abandoned meanwhile (a model
+                // switch, or a steer taken before the owner's `!rotate`), the turn's session is
+                // released: the worker may still hold it, and nothing may continue it. Else (a
+                // steered message merged) the re-run continues on the live session: it stays
+                // resident, so the re-run goes to its worker, hot.
+                if let Some(session_id) = &running.session_id {
+                    if running.abandoned {
+                        self.release(scope, slot, session_id);
+                    } else {
+                        #[cfg(feature = "residency")]
+                        self.after_success(scope, &running, session_id);
+                    }
+                }
+            }
+            (TurnOutcome::Failed { failure }, None) => {
+                #[cfg(feature = "continuity")]
+                if let Some((failure, agent)) = &failure
+                    && crate::exhaustion::is_exhausted(failure, agent)
+                {
+                    after.requeue_without_attempt = true;
+                    let whole = matches!(
+                        running.plan.context,
+                        crate::reach::FirstContext::WholeThread { .. }
+                    );
+                    let session_id = running.session_id.as_deref();
+                    let trigger = running.inputs.last().cloned();
+                    let detail = &failure.message;
+                    self.exhausted(scope, trigger, slot, session_id, whole, detail, now);
+                    self.forget_if_bare(scope);
+                    return after;
+                }
+                let _ = failure;
                 #[cfg(feature = "residency")]
                 if let Some(session_id) = &running.session_id {
                     let reason = crate::residency::DisposeReason::TurnFailed;
@@ -270,6 +362,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 window: running.window.clone(),
                 triggers: running.inputs.iter().map(|i| i.id().to_string()).collect(),
                 reply: None,
+                handoff_delivered: delivers_handoff(running),
             });
         }
         if running.abandoned {
@@ -277,6 +370,8 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         } else if rotated {
             self.abandon(scope, vec![(slot, session_id.to_string())], now);
         } else {
+            #[cfg(feature = "continuity")]
+            self.count_turn(scope, session_id, now);
             #[cfg(feature = "residency")]
             self.after_success(scope, running, session_id);
         }
@@ -322,7 +417,8 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                     waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
                 });
                 if let Some(trigger) = trigger {
-                    let text = crate::notice::restore_abandoned(detail);
+                    let gets = self.replacement_gets();
+                    let text = crate::notice::restore_abandoned(detail, &gets);
                     self.notice_about(scope, trigger, NoticeCause::RestoreAbandoned, text);
                 }
             }
@@ -331,7 +427,12 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
 
     /// Writes `record` as `scope`'s receipt, conditionally on what the lifecycle believes the
     /// store holds now; from then on it believes `record`.
-    pub(crate) fn put(&mut self, scope: &K, record: buzz_session_store::SessionRecord, now: Moment) {
+    pub(crate) fn put(
+        &mut self,
+        scope: &K,
+        record: buzz_session_store::SessionRecord,
+        now: Moment,
+    ) {
         let state = self.state(scope);
         let expect = state.receipt.belief.expectation(now);
         state.receipt.belief = Belief::Present(record.clone());

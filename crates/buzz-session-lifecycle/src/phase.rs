@@ -9,9 +9,10 @@ use crate::settlement::Settle;
 
 /// What a scope is doing now. Its pending input is not here: it waits in the harness's queue
 /// until the scope starts a turn.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) enum Phase<I> {
     /// Nothing runs; the scope may start when it has input.
+    #[default]
     Idle,
     /// Its resident's worker is busy: the follow-up waits for it instead of going cold on
     /// another worker (recorded once per wait).
@@ -30,12 +31,6 @@ pub(crate) enum Phase<I> {
     },
     /// A successful turn waits for its reply to be published, then for its ledger to be read.
     Settling(Settle),
-}
-
-impl<I> Default for Phase<I> {
-    fn default() -> Self {
-        Phase::Idle
-    }
 }
 
 /// A running turn.
@@ -86,6 +81,11 @@ pub(crate) enum TaskSaid {
 pub(crate) struct KnownSession {
     pub(crate) session_id: String,
     pub(crate) fingerprint: u64,
+    /// Completed turns of the session (`None`: unknown, e.g. reopened from a receipt that
+    /// predates the count; counted from the reopening).
+    pub(crate) turns: Option<u32>,
+    /// The model applied to the session (`None`: the agent's default, or unknown).
+    pub(crate) model: Option<String>,
 }
 
 /// Everything the lifecycle keeps for one scope.
@@ -104,6 +104,9 @@ pub(crate) struct ScopeState<I> {
     /// When the receipt store was found unreadable for this scope and the thread was told
     /// (told once per outage).
     pub(crate) told_unreadable: Option<Moment>,
+    /// The owner switched this thread's model: its session must take it (in place, or by
+    /// retirement).
+    pub(crate) model_addressed: bool,
 }
 
 impl<I> Default for ScopeState<I> {
@@ -115,6 +118,7 @@ impl<I> Default for ScopeState<I> {
             known: None,
             releasing: Vec::new(),
             told_unreadable: None,
+            model_addressed: false,
         }
     }
 }
@@ -122,13 +126,16 @@ impl<I> Default for ScopeState<I> {
 impl<I> ScopeState<I> {
     /// Nothing worth remembering: the entry can go (memory stays bounded with many threads).
     /// A belief in a stored receipt is kept: it is what a turn falls back on when the store is
-    /// unreadable.
+    /// unreadable. So is a store outage the thread was told about: it is told once per outage,
+    /// not once per attempt.
     pub(crate) fn is_bare(&self) -> bool {
         matches!(self.phase, Phase::Idle)
             && !matches!(self.receipt.belief, Belief::Present(_))
             && self.next == NextSession::Continue
             && self.known.is_none()
             && self.releasing.is_empty()
+            && !self.model_addressed
+            && self.told_unreadable.is_none()
     }
 
     pub(crate) fn running(&self) -> Option<&Running<I>> {

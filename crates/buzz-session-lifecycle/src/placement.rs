@@ -86,7 +86,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 }
                 continue;
             }
-            if !held && self.needs_read(scope) {
+            if self.needs_read(scope) && !(*held && self.continues_held(scope)) {
                 out.push(Placed::Read(scope.clone()));
                 continue;
             }
@@ -138,7 +138,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     }
 
     /// Whether `scope`'s next start needs its receipt read first.
-    fn needs_read(&self, scope: &K) -> bool {
+    pub(crate) fn needs_read(&self, scope: &K) -> bool {
         if !self.config.resume {
             return false;
         }
@@ -146,6 +146,16 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             None => true,
             Some(state) => state.next == NextSession::Continue && !state.receipt.ready_for_start(),
         }
+    }
+
+    /// Whether a live session an idle worker holds for `scope` would be continued at start: one
+    /// opened under the current configuration, or one the lifecycle never saw opened (upstream
+    /// kept it). A copy under another configuration is discarded, and the receipt decides.
+    fn continues_held(&self, scope: &K) -> bool {
+        self.scopes
+            .get(scope)
+            .and_then(|s| s.known.as_ref())
+            .is_none_or(|known| known.fingerprint == self.session.fingerprint)
     }
 
     pub(crate) fn residency_enabled(&self) -> bool {
@@ -196,6 +206,11 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         #[cfg(feature = "residency")]
         self.dispose(scope, crate::residency::DisposeReason::Forgotten);
         let state = self.state(scope);
+        if let Some(running) = state.running_mut() {
+            // A turn running now continues the forgotten session or opens one under the old
+            // receipt: its answer stands, but its session is released, never kept.
+            running.abandoned = true;
+        }
         state.receipt.belief = crate::receipt_view::Belief::Absent;
         state.receipt.freshness = Freshness::Stale;
         state.next = crate::reach::NextSession::Fresh;

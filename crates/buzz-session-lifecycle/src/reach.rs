@@ -18,6 +18,7 @@ use crate::scope::Scope;
 use crate::session_config::SessionConfig;
 
 /// How the turn reaches the scope's session.
+#[allow(clippy::large_enum_variant)] // a receipt (with `continuity`) is large; moved once per turn or store call, never kept in bulk
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reach {
     /// Continue on the live session the turn's worker holds: no `session/load`, no
@@ -86,6 +87,13 @@ pub enum ColdReason {
     RestoreAbandoned,
     /// The receipt could not be read in time and this harness knew nothing of it.
     StoreUnavailable,
+    /// The harness retired the session (a turn limit, a full context, a configuration the
+    /// agent cannot change in place); the new session starts from its handoff.
+    Rotated,
+    /// The session refused the prompt as too long; the new session gets the whole thread.
+    Exhausted,
+    /// The agent no longer had the stored session; the new session gets the whole thread.
+    SessionLost,
 }
 
 /// What a scope's next session must be, apart from what the receipt says.
@@ -100,6 +108,50 @@ pub enum NextSession {
     Fresh,
     /// The harness gave up reopening the stored session: the next one is new.
     GaveUp,
+    /// The harness retires the session: at the next turn it asks it for a handoff, then opens a
+    /// new session that starts from it.
+    #[cfg(feature = "continuity")]
+    Retire {
+        /// Why.
+        reason: crate::rotation::RetireReason,
+    },
+    /// The next session is new and starts from `context`, because of `reason`.
+    #[cfg(feature = "continuity")]
+    Replace {
+        /// Why the old session cannot go on.
+        reason: ColdReason,
+        /// What the new session gets first.
+        context: FirstContext,
+    },
+}
+
+/// What a new (or not yet informed) session is given before the turn's own prompt.
+#[cfg(feature = "continuity")]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum FirstContext {
+    /// Nothing beyond upstream's context window.
+    #[default]
+    Window,
+    /// The whole thread (the whole conversation for a conversation scope), newest first within
+    /// `budget_bytes`, instead of upstream's message-count window.
+    WholeThread {
+        /// The byte budget.
+        budget_bytes: usize,
+    },
+    /// A handoff from the retired session, labelled as such, then upstream's window.
+    Handoff(buzz_session_store::Handoff),
+}
+
+/// The old session a turn must ask for a handoff before it opens the new one.
+#[cfg(feature = "continuity")]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetireStep {
+    /// How the old session is reached: hot (live on the worker) or warm (reopened first).
+    pub from: Reach,
+    /// Why it is retired (for the receipt and the thread).
+    pub reason: crate::rotation::RetireReason,
+    /// What the old session is asked.
+    pub instruction: String,
 }
 
 /// What the turn task needs to know about its session, carried to it with the turn's input,
@@ -116,6 +168,27 @@ pub struct Plan {
     pub fresh: bool,
     /// Where the turn task reports (the driver attaches its scope's mailbox).
     pub report: crate::mailbox::Reporter,
+    /// What the session gets before the turn's own prompt.
+    #[cfg(feature = "continuity")]
+    pub context: FirstContext,
+    /// The session to retire first, with a handoff.
+    #[cfg(feature = "continuity")]
+    pub retire: Option<RetireStep>,
+    /// The model the continued or reopened session must be switched to before the prompt.
+    #[cfg(feature = "config-in-place")]
+    pub switch_model: Option<ModelSwitch>,
+}
+
+/// A model switch to apply in place (`session/set_config_option`, config `model`).
+#[cfg(feature = "config-in-place")]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelSwitch {
+    /// The model.
+    pub model: String,
+    /// The owner asked this thread for it: if the session cannot take it in place, the turn
+    /// stops and the session is retired (with a handoff) for one that has it. Other threads keep
+    /// their session and its model.
+    pub required: bool,
 }
 
 impl Default for Plan {
@@ -128,6 +201,12 @@ impl Default for Plan {
             discard: None,
             fresh: false,
             report: crate::mailbox::Reporter::default(),
+            #[cfg(feature = "continuity")]
+            context: FirstContext::Window,
+            #[cfg(feature = "continuity")]
+            retire: None,
+            #[cfg(feature = "config-in-place")]
+            switch_model: None,
         }
     }
 }
@@ -139,6 +218,37 @@ impl Plan {
             Reach::Hot { session_id } => Some(session_id),
             _ => None,
         }
+    }
+
+    /// The turn's prompt with what the session gets first: a pending handoff, labelled as such
+    /// (the whole thread is already in upstream's window, widened by the harness).
+    #[cfg(feature = "continuity")]
+    pub fn first_context(&self, prompt: String) -> String {
+        let FirstContext::Handoff(handoff) = &self.context else {
+            return prompt;
+        };
+        format!(
+            "<handoff from-session=\"{}\" reason=\"{}\">\nThis is the handoff your previous \
+             session in this thread wrote for you before it was retired. Continue from it.\n\n{}\n\
+             </handoff>\n\n{prompt}",
+            handoff.from_session_id, handoff.reason, handoff.text
+        )
+    }
+
+    /// The byte budget of the whole thread, when the turn is given the whole thread.
+    #[cfg(feature = "continuity")]
+    pub fn whole_thread_budget(&self) -> Option<usize> {
+        match self.context {
+            FirstContext::WholeThread { budget_bytes } => Some(budget_bytes),
+            _ => None,
+        }
+    }
+
+    /// Whether a turn whose stored session turned out to be gone goes on in a new session at
+    /// once (with upstream's window), or stops so the lifecycle can plan the new session with the
+    /// whole thread (with continuity).
+    pub fn continues_after_loss(&self) -> bool {
+        !cfg!(feature = "continuity")
     }
 
     /// Extends the `_meta` of a `session/new` with the scope (so a gateway that keys state by
@@ -200,6 +310,12 @@ pub fn decide(s: Situation<'_>) -> (Reach, Option<String>) {
     let reason = match s.next {
         NextSession::Fresh => ColdReason::Abandoned,
         NextSession::GaveUp => ColdReason::RestoreAbandoned,
+        // The lifecycle reaches a retiring session as if it continued (to ask it for its
+        // handoff); asked here, it is simply not continued.
+        #[cfg(feature = "continuity")]
+        NextSession::Retire { .. } => ColdReason::Rotated,
+        #[cfg(feature = "continuity")]
+        NextSession::Replace { reason, .. } => *reason,
         NextSession::Continue if !s.resume => ColdReason::ResumeOff,
         NextSession::Continue => match stored(s) {
             Ok(reach) => return (reach, discard),
@@ -217,7 +333,9 @@ fn stored(s: Situation<'_>) -> Result<Reach, ColdReason> {
         (Belief::Unknown, Freshness::Fresh) => return Err(ColdReason::NoReceipt),
         (Belief::Unknown, _) => return Err(ColdReason::StoreUnavailable),
     };
-    if record.requested_model != s.config.requested_model {
+    // With in-place configuration changes a session opened under another model is reopened and
+    // switched, not replaced.
+    if !cfg!(feature = "config-in-place") && record.requested_model != s.config.requested_model {
         return Err(ColdReason::ModelChanged);
     }
     if record.requested_permission_mode != s.config.requested_permission_mode {
@@ -320,22 +438,109 @@ mod tests {
         let hot = Reach::Hot {
             session_id: "live".into(),
         };
+        // A receipt opened under another model: reopened and switched in place when the series
+        // can (config-in-place), else a new session.
+        let other_model = if cfg!(feature = "config-in-place") {
+            Reach::Warm {
+                record: receipt("s1", "other"),
+                method: RestoreMethod::Load,
+            }
+        } else {
+            cold(ColdReason::ModelChanged)
+        };
         let cases = [
             // A current live session is continued, whatever the receipt says.
-            (live(true), NextSession::Continue, fresh(present.clone()), load, hot, None),
+            (
+                live(true),
+                NextSession::Continue,
+                fresh(present.clone()),
+                load,
+                hot,
+                None,
+            ),
             // A live session under another configuration is dropped; the receipt decides.
-            (live(false), NextSession::Continue, fresh(present.clone()), load, warm.clone(), Some("live")),
-            (None, NextSession::Continue, fresh(present.clone()), load, warm.clone(), None),
-            (None, NextSession::Continue, fresh(present.clone()), None, cold(ColdReason::CannotRestore), None),
-            (None, NextSession::Continue, fresh(Belief::Present(receipt("s1", "other"))), load, cold(ColdReason::ModelChanged), None),
-            (None, NextSession::Continue, fresh(Belief::Absent), load, cold(ColdReason::NoReceipt), None),
+            (
+                live(false),
+                NextSession::Continue,
+                fresh(present.clone()),
+                load,
+                warm.clone(),
+                Some("live"),
+            ),
+            (
+                None,
+                NextSession::Continue,
+                fresh(present.clone()),
+                load,
+                warm.clone(),
+                None,
+            ),
+            (
+                None,
+                NextSession::Continue,
+                fresh(present.clone()),
+                None,
+                cold(ColdReason::CannotRestore),
+                None,
+            ),
+            (
+                None,
+                NextSession::Continue,
+                fresh(Belief::Present(receipt("s1", "other"))),
+                load,
+                other_model,
+                None,
+            ),
+            (
+                None,
+                NextSession::Continue,
+                fresh(Belief::Absent),
+                load,
+                cold(ColdReason::NoReceipt),
+                None,
+            ),
             // An unreadable store: what this harness knew decides.
-            (None, NextSession::Continue, view(present.clone(), Freshness::Unreadable), load, warm, None),
-            (None, NextSession::Continue, view(Belief::Absent, Freshness::Unreadable), load, cold(ColdReason::NoReceipt), None),
-            (None, NextSession::Continue, view(Belief::Unknown, Freshness::Unreadable), load, cold(ColdReason::StoreUnavailable), None),
+            (
+                None,
+                NextSession::Continue,
+                view(present.clone(), Freshness::Unreadable),
+                load,
+                warm,
+                None,
+            ),
+            (
+                None,
+                NextSession::Continue,
+                view(Belief::Absent, Freshness::Unreadable),
+                load,
+                cold(ColdReason::NoReceipt),
+                None,
+            ),
+            (
+                None,
+                NextSession::Continue,
+                view(Belief::Unknown, Freshness::Unreadable),
+                load,
+                cold(ColdReason::StoreUnavailable),
+                None,
+            ),
             // Abandoned or given up: always new, a live copy is dropped.
-            (live(true), NextSession::Fresh, fresh(present.clone()), load, cold(ColdReason::Abandoned), Some("live")),
-            (None, NextSession::GaveUp, fresh(present), load, cold(ColdReason::RestoreAbandoned), None),
+            (
+                live(true),
+                NextSession::Fresh,
+                fresh(present.clone()),
+                load,
+                cold(ColdReason::Abandoned),
+                Some("live"),
+            ),
+            (
+                None,
+                NextSession::GaveUp,
+                fresh(present),
+                load,
+                cold(ColdReason::RestoreAbandoned),
+                None,
+            ),
         ];
         for (i, (live, next, receipt, restore, want, discard)) in cases.into_iter().enumerate() {
             let (reach, dropped) = run(live, next, receipt, restore);

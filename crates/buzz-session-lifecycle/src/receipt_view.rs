@@ -12,6 +12,7 @@ use buzz_session_store::SessionRecord;
 use crate::clock::Moment;
 
 /// What this process believes the store holds for a scope.
+#[allow(clippy::large_enum_variant)] // a receipt (with `continuity`) is large; moved once per turn or store call, never kept in bulk
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Belief {
     /// Nothing is known (never read, or the read failed before anything was learned).

@@ -95,14 +95,16 @@ impl Receipts for Arc<dyn ReceiptStore> {
                 PutOutcome::Forgotten { .. } => Written::Forgotten,
             },
             Target::Turn(commit) => match self.commit_turn(key, commit, decided)? {
-                CommitOutcome::Written | CommitOutcome::Unchanged | CommitOutcome::NotWritable(_) => {
-                    Written::Done
-                }
+                CommitOutcome::Written
+                | CommitOutcome::Unchanged
+                | CommitOutcome::NotWritable(_) => Written::Done,
                 CommitOutcome::Conflict { stored } => Written::Conflict { stored },
                 CommitOutcome::Forgotten { .. } => Written::Forgotten,
             },
             Target::Absent => match self.remove(key, expect)? {
-                Removal::Removed { .. } | Removal::Absent | Removal::NotWritable(_) => Written::Done,
+                Removal::Removed { .. } | Removal::Absent | Removal::NotWritable(_) => {
+                    Written::Done
+                }
                 Removal::Conflict { stored_session_id } => Written::Conflict {
                     stored: Some(stored_session_id),
                 },

@@ -212,9 +212,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 taken[slot] = true;
                 Placed::Run(scope.clone(), Target::Slot(slot))
             }
-            Some(SlotView::Idle | SlotView::Busy) => {
-                Placed::WaitForResident(scope.clone(), slot)
-            }
+            Some(SlotView::Idle | SlotView::Busy) => Placed::WaitForResident(scope.clone(), slot),
             // The worker is gone: so is the session.
             _ => Placed::Dispose(scope.clone(), DisposeReason::AgentExit),
         };
@@ -257,7 +255,9 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     /// Mid-turn input for a running scope, steered into the turn by the harness
     /// (`--multiple-event-handling steer`): tracked until the turn absorbs it.
     pub(crate) fn steered_in(&mut self, scope: &K, input: &I) {
-        if !self.residents.enabled() || !self.config.steer {
+        // Tracked whatever the bound: the harness steers (and keeps the input pending) with
+        // `--max-resident-sessions 0` too; only routing goes back to upstream's there.
+        if !self.config.steer {
             return;
         }
         if let Some(running) = self.scopes.get_mut(scope).and_then(|s| s.running_mut())

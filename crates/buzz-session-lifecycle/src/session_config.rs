@@ -21,9 +21,14 @@ impl SessionConfig {
     /// The configuration of a session created now: `fixed` holds what else is fixed at
     /// `session/new` (cwd, MCP servers, …); the requested model and permission mode are part of
     /// the fingerprint too.
+    ///
+    /// With in-place configuration changes the model is not part of the fingerprint: a session
+    /// opened under another model is switched, not replaced.
     pub fn new(fixed: &[&str], model: Option<&str>, permission_mode: Option<&str>) -> Self {
         let mut parts = fixed.to_vec();
-        parts.push(model.unwrap_or(""));
+        if !cfg!(feature = "config-in-place") {
+            parts.push(model.unwrap_or(""));
+        }
         parts.push(permission_mode.unwrap_or(""));
         SessionConfig {
             fingerprint: fingerprint_of(&parts),
@@ -64,7 +69,11 @@ mod tests {
         assert_ne!(fingerprint_of(&[]), fingerprint_of(&[""]));
         let m1 = SessionConfig::new(&["/srv", "[]"], Some("m1"), None);
         let m2 = SessionConfig::new(&["/srv", "[]"], Some("m2"), None);
-        assert_ne!(m1.fingerprint, m2.fingerprint);
+        assert_eq!(
+            m1.fingerprint == m2.fingerprint,
+            cfg!(feature = "config-in-place"),
+            "the model is switched in place, or part of what a session is"
+        );
         assert_eq!(m1.requested_model.as_deref(), Some("m1"));
     }
 }

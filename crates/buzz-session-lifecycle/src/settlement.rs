@@ -1,10 +1,8 @@
 //! Settlement: after a successful turn's reply is published, what its session has been shown is
 //! committed to the receipt — bounded, in this one place, to what can still come back.
 
-#[cfg(feature = "delta-context")]
-use buzz_session_store::DeliveryRecord;
+use buzz_session_store::{DeliveryRecord, TurnCommit};
 
-#[cfg(feature = "delta-context")]
 use crate::decision::StoreOp;
 use crate::lifecycle::Lifecycle;
 use crate::outcome::Delivered;
@@ -24,6 +22,8 @@ pub(crate) struct Settle {
     pub(crate) triggers: Vec<String>,
     /// The published reply's id.
     pub(crate) reply: Option<String>,
+    /// The turn gave its session a pending handoff (which the receipt may now forget).
+    pub(crate) handoff_delivered: bool,
 }
 
 /// The ledger worth persisting: of everything the session has been shown, only what can still
@@ -38,9 +38,7 @@ pub fn bound_ledger(
 ) -> Vec<String> {
     let mut kept: Vec<String> = shown
         .iter()
-        .filter(|id| {
-            window.contains(id) || triggers.contains(id) || reply == Some(id.as_str())
-        })
+        .filter(|id| window.contains(id) || triggers.contains(id) || reply == Some(id.as_str()))
         .cloned()
         .collect();
     kept.sort_unstable();
@@ -70,8 +68,9 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
 
     /// After a successful turn was published and marked handled: what the session has been
     /// shown (`delivered`, read from the worker; `None` if the worker no longer holds the
-    /// session). With delivery persisted, the bounded ledger is committed to the receipt.
-    pub fn settled(&mut self, scope: &K, delivered: Option<Delivered>) {
+    /// session). The turn's updates are committed to the receipt: the bounded ledger (with
+    /// delivery persisted), the turn count, the usage and a delivered handoff (with continuity).
+    pub fn settled(&mut self, scope: &K, delivered: Option<Delivered>, now: crate::clock::Moment) {
         let Some(state) = self.scopes.get_mut(scope) else {
             return;
         };
@@ -79,46 +78,73 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             return;
         };
         let delivered = delivered.filter(|d| d.session_id == settle.session_id);
-        #[cfg(feature = "delta-context")]
-        if let Some(delivered) = delivered {
-            self.commit(scope, &settle, delivered);
+        if let Some(delivered) = delivered
+            && self.config.resume
+            && (cfg!(feature = "delta-context") || cfg!(feature = "continuity"))
+        {
+            #[cfg(feature = "continuity")]
+            if let Some(usage) = &delivered.usage {
+                self.usage_settled(scope, &settle.session_id, usage, now);
+            }
+            let commit = self.turn_commit(scope, &settle, delivered);
+            self.store(StoreOp::Commit {
+                scope: scope.clone(),
+                commit,
+            });
         }
-        #[cfg(not(feature = "delta-context"))]
-        let _ = (settle, delivered);
+        let _ = now;
         self.forget_if_bare(scope);
     }
 
-    /// Commits the bounded ledger of a settled turn (delivery persisted with the receipt).
-    #[cfg(feature = "delta-context")]
-    fn commit(&mut self, scope: &K, settle: &Settle, delivered: Delivered) {
-        if !self.config.resume {
-            return;
-        }
-        let ledger = DeliveryRecord {
-            standing_context_sent: delivered.standing_context_sent,
-            delivered_event_ids: bound_ledger(
+    /// What a settled turn writes into the receipt.
+    fn turn_commit(&mut self, scope: &K, settle: &Settle, delivered: Delivered) -> TurnCommit {
+        let ledger = if cfg!(feature = "delta-context") {
+            bound_ledger(
                 &delivered.event_ids,
                 &settle.window,
                 &settle.triggers,
                 settle.reply.as_deref(),
-            ),
+            )
+        } else {
+            Vec::new()
         };
+        #[cfg_attr(not(feature = "continuity"), allow(unused_mut))]
+        let mut commit = TurnCommit {
+            session_id: settle.session_id.clone(),
+            delivered_event_ids: ledger,
+            standing_context_sent: delivered.standing_context_sent,
+            turns: None,
+            usage: None,
+            handoff_delivered: false,
+        };
+        #[cfg(feature = "continuity")]
+        {
+            commit.turns = self
+                .scopes
+                .get(scope)
+                .and_then(|s| s.known.as_ref())
+                .filter(|k| k.session_id == settle.session_id)
+                .and_then(|k| k.turns);
+            commit.usage = delivered.usage;
+            commit.handoff_delivered = settle.handoff_delivered;
+        }
         if let crate::receipt_view::Belief::Present(record) = &mut self.state(scope).receipt.belief
             && record.session_id == settle.session_id
         {
-            record.delivery = Some(ledger.clone());
+            if cfg!(feature = "delta-context") {
+                record.delivery = Some(DeliveryRecord {
+                    standing_context_sent: commit.standing_context_sent,
+                    delivered_event_ids: commit.delivered_event_ids.clone(),
+                });
+            }
+            if commit.turns.is_some() {
+                record.turns = commit.turns;
+            }
+            if commit.handoff_delivered {
+                record.handoff = None;
+            }
         }
-        self.store(StoreOp::Commit {
-            scope: scope.clone(),
-            commit: buzz_session_store::TurnCommit {
-                session_id: settle.session_id.clone(),
-                delivered_event_ids: ledger.delivered_event_ids,
-                standing_context_sent: ledger.standing_context_sent,
-                turns: None,
-                usage: None,
-                handoff_delivered: false,
-            },
-        });
+        commit
     }
 }
 

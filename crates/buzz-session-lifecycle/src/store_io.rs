@@ -37,7 +37,9 @@ fn condition(expect: Option<&Expect>, to_store_time: impl Fn(Moment) -> UnixMill
     expect.map(|expect| match expect {
         Expect::Absent => buzz_session_store::Expect::Absent,
         Expect::Session(id) => buzz_session_store::Expect::Session(id.clone()),
-        Expect::UnchangedSince(at) => buzz_session_store::Expect::NotWrittenSince(to_store_time(*at)),
+        Expect::UnchangedSince(at) => {
+            buzz_session_store::Expect::NotWrittenSince(to_store_time(*at))
+        }
     })
 }
 
@@ -48,6 +50,7 @@ pub type Opener = Arc<dyn Fn() -> Result<Arc<dyn Receipts>, StoreError> + Send +
 const MAX_PAUSE: Duration = Duration::from_secs(30);
 
 /// What the worker tells the driver.
+#[allow(clippy::large_enum_variant)] // a receipt (with `continuity`) is large; moved once per turn or store call, never kept in bulk
 #[derive(Debug)]
 pub enum IoEvent<K> {
     /// A read answered.
@@ -83,7 +86,11 @@ enum Done<K> {
 
 enum Backend {
     /// Not open yet; the next attempt is due at `at` (or runs now, `opening`).
-    Closed { at: Instant, pause: Duration, opening: bool },
+    Closed {
+        at: Instant,
+        pause: Duration,
+        opening: bool,
+    },
     Open(Arc<dyn Receipts>),
 }
 
@@ -104,6 +111,9 @@ pub struct StoreIo<K> {
     write_pause: Duration,
     /// Reads waiting for their scope's writes, or in flight.
     reads: BTreeMap<K, bool>,
+    /// Scopes whose read in flight was asked for again: its answer predates what was asked,
+    /// so it is dropped and the scope is read again.
+    reread: std::collections::BTreeSet<K>,
     done_tx: mpsc::UnboundedSender<Done<K>>,
     done_rx: mpsc::UnboundedReceiver<Done<K>>,
     health: Health,
@@ -138,6 +148,7 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
             write_due: origin,
             write_pause: Duration::ZERO,
             reads: BTreeMap::new(),
+            reread: std::collections::BTreeSet::new(),
             done_tx,
             done_rx,
             health: Health::Unknown,
@@ -148,9 +159,19 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
         io
     }
 
-    /// Queues a read of `scope`'s receipt.
+    /// Queues a read of `scope`'s receipt. A read of the scope already running was started
+    /// before this one was asked for (and before the writes decided since): it is not the
+    /// answer, the scope is read again after it.
     pub fn read(&mut self, scope: K) {
-        self.reads.entry(scope).or_insert(false);
+        match self.reads.get(&scope) {
+            Some(true) => {
+                self.reread.insert(scope);
+            }
+            Some(false) => {}
+            None => {
+                self.reads.insert(scope, false);
+            }
+        }
         self.pump();
     }
 
@@ -183,6 +204,14 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
             self.finish(done);
         }
         self.poll()
+    }
+
+    /// Operations running on blocking threads now: the open, reads, the write. A test under
+    /// tokio's paused clock lets the worker settle by taking in results until this is zero.
+    pub fn in_flight(&self) -> usize {
+        let opening = matches!(self.backend, Backend::Closed { opening: true, .. });
+        let reads = self.reads.values().filter(|started| **started).count();
+        usize::from(opening) + reads + usize::from(self.writing.is_some())
     }
 
     /// Writes waiting or in flight.
@@ -263,9 +292,15 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
         });
     }
 
+    /// Whether a write of `scope` waits or runs: its own, or a removal of its channel.
     fn has_write(&self, scope: &K) -> bool {
         self.queue.has(scope)
-            || matches!(&self.writing, Some(Entry::Scope(s, _)) if s == scope)
+            || self.queue.has_channel(scope.channel())
+            || match &self.writing {
+                Some(Entry::Scope(s, _)) => s == scope,
+                Some(Entry::Channel(channel, _)) => channel == scope.channel(),
+                None => false,
+            }
     }
 
     /// Converts a lifecycle moment to the store's wall clock (now, minus how long ago it was).
@@ -302,7 +337,11 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
                     Ok(_) => self.up(),
                     Err(e) => self.down(e),
                 }
-                self.events.push(IoEvent::Read(scope, result));
+                if self.reread.remove(&scope) {
+                    self.reads.insert(scope, false);
+                } else {
+                    self.events.push(IoEvent::Read(scope, result));
+                }
             }
             Done::Wrote(entry, result) => {
                 self.writing = None;

@@ -105,6 +105,60 @@ pub enum Record {
         /// Scope label.
         scope: String,
     },
+    /// The harness retired a session (its next turn asks it for a handoff).
+    #[cfg(feature = "continuity")]
+    SessionRetired {
+        /// Scope label.
+        scope: String,
+        /// The session.
+        session_id: String,
+        /// Why.
+        reason: crate::rotation::RetireReason,
+    },
+    /// A retiring session handed off to its successor.
+    #[cfg(feature = "continuity")]
+    HandoffTaken {
+        /// Scope label.
+        scope: String,
+        /// The retired session.
+        from_session_id: String,
+        /// Size of the handoff.
+        bytes: usize,
+    },
+    /// A retiring session could not answer the handoff; its successor gets the whole thread.
+    #[cfg(feature = "continuity")]
+    HandoffUnavailable {
+        /// Scope label.
+        scope: String,
+        /// The retired session.
+        from_session_id: String,
+    },
+    /// A session refused a prompt as too long.
+    #[cfg(feature = "continuity")]
+    SessionExhausted {
+        /// Scope label.
+        scope: String,
+        /// The session.
+        session_id: String,
+    },
+    /// A session took a model switch in place.
+    #[cfg(feature = "config-in-place")]
+    ModelSwitched {
+        /// Scope label.
+        scope: String,
+        /// The model.
+        model: String,
+    },
+    /// A session could not take a model switch in place.
+    #[cfg(feature = "config-in-place")]
+    ModelNotSwitched {
+        /// Scope label.
+        scope: String,
+        /// The model.
+        model: String,
+        /// What the agent said.
+        detail: String,
+    },
     /// A follow-up waits for its resident's busy worker instead of going cold elsewhere.
     #[cfg(feature = "residency")]
     CapacityWait {
@@ -164,6 +218,7 @@ impl Record {
     pub fn level(&self) -> Level {
         match self {
             Record::RestoreRetry { .. }
+            | Record::ReceiptForgotten { .. }
             | Record::RestoreAbandoned { .. }
             | Record::ReceiptUnreadable { .. }
             | Record::ReceiptConflict { .. } => Level::Warn,

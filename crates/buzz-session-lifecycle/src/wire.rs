@@ -18,7 +18,10 @@
 //!   the raw result and reads it with [`AgentCaps::from_initialize`], which looks at the
 //!   answer's `protocolVersion` first ([`crate::gate`]).
 
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use buzz_session_store::Usage;
 
 use serde_json::Value;
 
@@ -39,6 +42,12 @@ struct Watch {
     identity: AgentIdentity,
     /// Restores in flight (`session/load`, `session/resume`): (request id, session id).
     restoring: Vec<(Value, String)>,
+    /// The last usage each session reported (`usage_update`: `used`, `size`).
+    usage: HashMap<String, Usage>,
+    /// Sessions whose permission requests are refused (while the harness prompts them on its
+    /// own, e.g. for a handoff).
+    #[cfg(feature = "continuity")]
+    refusing: Vec<String>,
 }
 
 /// Watches one agent connection's lines. Cheap for ordinary traffic: a line is parsed only when
@@ -61,6 +70,9 @@ impl WireWatch {
                 self.outgoing(line);
             }
             return false;
+        }
+        if line.contains("\"usage_update\"") {
+            self.usage_update(line);
         }
         let mut watch = self.lock();
         if watch.initialize.is_none() && watch.restoring.is_empty() {
@@ -111,6 +123,48 @@ impl WireWatch {
     /// negotiated, once it arrived.
     pub fn caps(&self) -> Option<AgentCaps> {
         self.lock().caps
+    }
+
+    /// Refuses (or stops refusing) the permission requests of `session_id`.
+    #[cfg(feature = "continuity")]
+    pub fn refuse_permissions(&self, session_id: &str, refuse: bool) {
+        let mut watch = self.lock();
+        watch.refusing.retain(|s| s != session_id);
+        if refuse {
+            watch.refusing.push(session_id.to_string());
+        }
+    }
+
+    /// Whether the permission requests of `session_id` are refused.
+    #[cfg(feature = "continuity")]
+    pub fn refuses_permissions(&self, session_id: &str) -> bool {
+        self.lock().refusing.iter().any(|s| s == session_id)
+    }
+
+    /// The last usage session `session_id` reported (`usage_update`), if any.
+    pub fn usage(&self, session_id: &str) -> Option<Usage> {
+        self.lock().usage.get(session_id).cloned()
+    }
+
+    fn usage_update(&self, line: &str) {
+        let Ok(frame) = serde_json::from_str::<Value>(line) else {
+            return;
+        };
+        let params = &frame["params"];
+        let update = &params["update"];
+        if update["sessionUpdate"] != "usage_update" {
+            return;
+        }
+        let (Some(session_id), Some(used)) =
+            (params["sessionId"].as_str(), update["used"].as_u64())
+        else {
+            return;
+        };
+        let usage = Usage {
+            used_tokens: used,
+            context_tokens: update["size"].as_u64(),
+        };
+        self.lock().usage.insert(session_id.to_string(), usage);
     }
 
     /// Who the agent said it is at `initialize`.

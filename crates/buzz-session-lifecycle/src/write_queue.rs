@@ -88,7 +88,9 @@ impl Write {
                 }
                 Target::Record(record)
             }
-            (Target::Turn(earlier), Target::Turn(later)) if earlier.session_id == later.session_id => {
+            (Target::Turn(earlier), Target::Turn(later))
+                if earlier.session_id == later.session_id =>
+            {
                 Target::Turn(fold_commits(earlier, later))
             }
             // A commit for a receipt that will be gone is moot.
@@ -104,6 +106,7 @@ impl Write {
 }
 
 /// One entry of the queue.
+#[allow(clippy::large_enum_variant)] // a receipt (with `continuity`) is large; moved once per turn or store call, never kept in bulk
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry<K> {
     /// A scope's folded writes.
@@ -203,6 +206,13 @@ impl<K: Scope> WriteQueue<K> {
     /// Whether a write of `scope` is waiting.
     pub fn has(&self, scope: &K) -> bool {
         self.scopes.contains_key(scope)
+    }
+
+    /// Whether a removal of every receipt of `channel` is waiting.
+    pub fn has_channel(&self, channel: &str) -> bool {
+        self.order
+            .iter()
+            .any(|key| matches!(key, Key::Channel(c, _) if c == channel))
     }
 }
 
@@ -326,7 +336,13 @@ mod tests {
         q.push(a(), put("sa2", Expect::Absent, 5));
         let order: Vec<String> = std::iter::from_fn(|| q.pop())
             .map(|e| match e {
-                Entry::Scope(k, Write { target: Target::Record(r), .. }) => {
+                Entry::Scope(
+                    k,
+                    Write {
+                        target: Target::Record(r),
+                        ..
+                    },
+                ) => {
                     format!("{}:{}", k.root.unwrap_or_default(), r.session_id)
                 }
                 Entry::Scope(k, _) => format!("{k:?}"),

@@ -125,7 +125,7 @@ pub fn create_agent_cwd() -> Result<(), TierError> {
 #[must_use]
 pub fn install_dir() -> PathBuf {
     std::env::var_os("BUZZ_ADAPTERS_DIR").map_or_else(
-        || crate::binaries::workspace_root().join("target/adapters"),
+        || crate::workspace::root().join("target/adapters"),
         PathBuf::from,
     )
 }

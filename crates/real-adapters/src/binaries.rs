@@ -1,17 +1,8 @@
 //! Where the tier finds the harness binaries.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::adapter::TierError;
-
-/// The root of this workspace (two levels above this crate).
-#[must_use]
-pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
-}
 
 /// The baseline harness: `$BUZZ_BASELINE_HARNESS` or `target/debug/buzz-acp`.
 ///
@@ -22,7 +13,7 @@ pub fn baseline_harness() -> Result<PathBuf, TierError> {
     existing(
         "the baseline buzz-acp",
         std::env::var_os("BUZZ_BASELINE_HARNESS").map_or_else(
-            || workspace_root().join("target/debug/buzz-acp"),
+            || crate::workspace::root().join("target/debug/buzz-acp"),
             PathBuf::from,
         ),
         "cargo build -p buzz-acp",
@@ -38,7 +29,7 @@ pub fn patched_harness() -> Result<PathBuf, TierError> {
     existing(
         "the patched buzz-acp",
         std::env::var_os("BUZZ_PATCHED_HARNESS").map_or_else(
-            || workspace_root().join("target/patched/buzz-acp"),
+            || crate::workspace::root().join("target/patched/buzz-acp"),
             PathBuf::from,
         ),
         "tree=$(scripts/fork apply | tail -n 1); cargo build --manifest-path \"$tree/Cargo.toml\" --profile patched -p buzz-acp",

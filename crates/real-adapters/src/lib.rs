@@ -9,6 +9,7 @@
 //! - [`llm`]: the fake LLM on a background runtime, for synchronous tests and tools.
 //! - [`procs`]: finding the processes started for one agent home (to prove none is left).
 //! - [`binaries`]: where the baseline and patched harness binaries are.
+//! - [`workspace`]: where this workspace is on disk.
 //!
 //! The scenarios are in `tests/real.rs` (ignored by a plain `cargo test`; run them with
 //! `scripts/real-adapters`), the measurement in `src/bin/real-follow-ups.rs`.
@@ -17,5 +18,6 @@ pub mod adapter;
 pub mod binaries;
 pub mod llm;
 pub mod procs;
+pub mod workspace;
 
 pub use adapter::{Adapter, AgentHome, TierError};

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::cli::ApplyArgs;
-use crate::cmd::{Context, Outcome};
+use crate::context::{Context, Outcome};
 use crate::error::{Error, Result};
 use crate::registry::Registry;
 use crate::tree;
@@ -45,7 +45,7 @@ pub fn apply(
     let layout = &ctx.layout;
     // The same verdict as `check` (exit 1, one root problem and a count)
     // instead of whatever git says about the first patch it cannot apply.
-    crate::cmd::check::preflight(&ctx.root, registry)?;
+    crate::checks::preflight(&ctx.root, registry)?;
     let corrupt = match force {
         Force::No => workarea::Corrupt::Refuse,
         Force::Yes => workarea::Corrupt::Rebuild,

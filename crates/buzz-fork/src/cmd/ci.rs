@@ -3,32 +3,42 @@
 //! 1. Get the new upstream: a directory (`--upstream DIR`), or a ref of a git
 //!    repository (`--upstream-git URL --ref REF`) fetched into the work area.
 //! 2. `sync`: the baseline must be pristine; classify the series.
-//! 3. When nothing blocks, adopt the sync into a *candidate* copy of the
-//!    repository (`target/fork-work/ci/candidate`, with its own work area and
-//!    cargo target directory) and run `verify --mutation` there.
-//! 4. Write the report (JSON, Markdown, range-diff) and print ONE line on
-//!    stdout: `no_update …`, `ready …` or `blocked …`. Progress and cargo
-//!    output go to stderr.
-//! 5. With `--write`, a ready result is also adopted in the repository
+//! 3. Unless upstream equals the baseline: provide the services the
+//!    registry asks for (a throw-away PostgreSQL server, see
+//!    [`crate::services`]), and in a *candidate* copy of the repository
+//!    (`target/fork-work/ci/candidate`, with its own work area and cargo
+//!    target directory) build the new upstream alone and run its own tests
+//!    (upstream first, see [`crate::upstream_run`]).
+//! 4. When nothing blocks, adopt the sync into the candidate and run
+//!    `verify --mutation` there.
+//! 5. Write the report (JSON, Markdown, range-diff) and print ONE line on
+//!    stdout: `no_update …`, `ready …`, `blocked …` or `upstream-broken …`.
+//!    Progress and cargo output go to stderr.
+//! 6. With `--write`, a ready result is also adopted in the repository
 //!    (exactly `sync --write`); without it nothing in the repository changes.
 //!
 //! Exit codes: 0 `no_update` or `ready`, 3 `blocked` (a conflict, a failed
-//! guard, or a synced series that fails `verify --mutation`), 1 a baseline
-//! that is not pristine or a series `check` refuses, 2 usage or environment.
+//! guard, or a synced series that fails `verify --mutation`), 4
+//! `upstream-broken` (upstream fails its own tests; no patch is blamed), 1 a
+//! baseline that is not pristine or a series `check` refuses, 2 usage or
+//! environment.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::cargo::Cargo;
 use crate::cli::{CiArgs, VerifyArgs};
 use crate::cmd::sync::{self, SyncResult, SyncRun, SyncStatus, UpstreamDir};
 use crate::cmd::verify::{self, VerifyRow};
-use crate::cmd::{Context, Outcome};
+use crate::context::{Context, Outcome};
 use crate::error::{Error, Result};
 use crate::fsutil;
 use crate::registry::Registry;
+use crate::services::Services;
 use crate::ui;
+use crate::upstream_run::{self, UpstreamRun};
 use crate::workarea::{self, Layout};
 
 /// Ref the fetched upstream commit is kept under in the work repo.
@@ -44,6 +54,8 @@ pub enum CiResult {
     Ready,
     /// A conflict, a failed guard or a failing synced series.
     Blocked,
+    /// The new upstream fails its own tests, before any patch is applied.
+    UpstreamBroken,
 }
 
 impl CiResult {
@@ -54,6 +66,7 @@ impl CiResult {
             CiResult::NoUpdate => "no_update",
             CiResult::Ready => "ready",
             CiResult::Blocked => "blocked",
+            CiResult::UpstreamBroken => "upstream-broken",
         }
     }
 }
@@ -70,6 +83,8 @@ pub struct CiVerify {
     pub suite: String,
     /// Every problem verify reported.
     pub problems: Vec<String>,
+    /// The mutation check's evidence, per guard.
+    pub mutation: Option<crate::mutation::MutationReport>,
 }
 
 /// The fork-CI report (deterministic: no times, no absolute paths).
@@ -84,6 +99,11 @@ pub struct CiReport {
     pub source: String,
     /// The fetched upstream commit (`--upstream-git` only).
     pub upstream_commit: Option<String>,
+    /// The services the tests got (`started PostgreSQL at …`).
+    pub services: Vec<String>,
+    /// Upstream's own tests, run before the series is applied (not run when
+    /// upstream equals the baseline).
+    pub upstream_tests: Option<UpstreamRun>,
     /// The sync classification.
     pub sync: sync::SyncReport,
     /// `verify --mutation` of the synced series (only when sync was ready).
@@ -114,7 +134,25 @@ impl CiReport {
             "- Repository changed: {}",
             if self.written { "yes (--write)" } else { "no" }
         );
+        for service in &self.services {
+            let _ = writeln!(m, "- Service: {service}");
+        }
         m.push('\n');
+        if let Some(up) = &self.upstream_tests {
+            let _ = writeln!(
+                m,
+                "## Upstream's own tests (before the series): {}",
+                if up.is_broken() { "FAILED" } else { "passed" }
+            );
+            m.push('\n');
+            let _ = writeln!(
+                m,
+                "Packages: {}. Result: {}.",
+                up.packages.join(", "),
+                up.summary()
+            );
+            m.push('\n');
+        }
         m.push_str(&self.sync.to_markdown().replacen("# ", "## ", 1));
         m.push('\n');
         match &self.verify {
@@ -143,6 +181,14 @@ impl CiReport {
                 let _ = writeln!(m, "Whole test suite: {}", v.suite);
                 for p in &v.problems {
                     let _ = writeln!(m, "- {p}");
+                }
+                if let Some(evidence) = &v.mutation {
+                    m.push('\n');
+                    let text = evidence
+                        .to_markdown()
+                        .replacen("# Mutation report", "### Mutation evidence", 1)
+                        .replace("\n## ", "\n#### ");
+                    m.push_str(&text);
                 }
             }
         }
@@ -262,8 +308,41 @@ fn candidate_context(ctx: &Context, dir: &Path) -> Result<Context> {
     })
 }
 
-/// Adopts `run` into a fresh candidate copy of the repository and runs
+/// A fresh candidate copy of the repository (`target/fork-work/ci/candidate`).
+fn fresh_candidate(ctx: &Context) -> Result<PathBuf> {
+    let dir = ctx.layout.ci_dir().join("candidate");
+    fsutil::remove_dir_if_present(&dir)?;
+    fsutil::copy_dir(&ctx.root, &dir)?;
+    Ok(dir)
+}
+
+/// Upstream first: the new upstream on its own (no patch applied, the fork
+/// crates and tests package beside it as in every tree), written to the
+/// candidate's tree directory and built into the fork-CI target directory;
+/// its own tests run there.
+fn upstream_tests(
+    ctx: &Context,
+    registry: &Registry,
+    run: &SyncRun,
+    candidate: &Context,
+    services: &Services,
+) -> Result<UpstreamRun> {
+    let repo = workarea::open_repo(&ctx.git, &ctx.layout)?;
+    let dir = candidate.layout.tree();
+    crate::tree::write_tree(&repo, &candidate.layout, registry, &run.new_base, &dir)?;
+    let mut packages = Vec::new();
+    for member in crate::tree::baseline_members(registry, &dir) {
+        if let Ok(Some(name)) = sync::package_name(&dir.join(&member).join("Cargo.toml")) {
+            packages.push(name);
+        }
+    }
+    let cargo = Cargo::new(&dir, &candidate.layout.target_dir()).with_services(services);
+    upstream_run::run(&cargo, &packages)
+}
+
+/// Adopts `run` into the candidate copy of the repository and runs
 /// `verify --mutation` there.
+#[allow(clippy::too_many_arguments)]
 fn verify_candidate(
     ctx: &Context,
     registry: &Registry,
@@ -271,28 +350,29 @@ fn verify_candidate(
     version: Option<&str>,
     commit: Option<&str>,
     date: &str,
+    candidate: &Context,
+    services: &Services,
 ) -> Result<CiVerify> {
-    let dir = ctx.layout.ci_dir().join("candidate");
-    fsutil::remove_dir_if_present(&dir)?;
-    fsutil::copy_dir(&ctx.root, &dir)?;
-    sync::adopt(ctx, registry, run, version, commit, date, &dir)?;
-    let candidate = candidate_context(ctx, &dir)?;
+    sync::adopt(ctx, registry, run, version, commit, date, &candidate.root)?;
     ui::step(&format!(
         "verify --mutation of the synced series in {}",
-        dir.display()
+        candidate.root.display()
     ));
     let report = verify::verify(
-        &candidate,
+        candidate,
         &VerifyArgs {
             mutation: true,
             skip_prefix: false,
+            mutation_report: None,
         },
+        services,
     )?;
     Ok(CiVerify {
         passed: report.problems.is_empty(),
         rows: report.rows,
         suite: report.suite,
         problems: report.problems,
+        mutation: report.mutation,
     })
 }
 
@@ -327,71 +407,108 @@ pub fn run(ctx: &Context, args: &CiArgs) -> Result<Outcome> {
     let label = version.clone().unwrap_or_else(|| "(unnamed)".to_owned());
     let mut verify = None;
     let mut written = false;
-    let (result, summary) = match run.report.result {
-        SyncResult::NoUpdate => (
+    let mut upstream_tests_run = None;
+    let mut services_used = Vec::new();
+    let (result, summary) = if run.report.result == SyncResult::NoUpdate {
+        (
             CiResult::NoUpdate,
             format!(
                 "no_update {label}: upstream equals the baseline ({} {})",
                 registry.upstream.crate_name, registry.upstream.version
             ),
-        ),
-        SyncResult::Blocked => (
-            CiResult::Blocked,
-            format!("blocked {label}: {}", blockers(&run.report)),
-        ),
-        SyncResult::Ready => {
-            let checked = verify_candidate(
+        )
+    } else {
+        let services = Services::provide(&registry, &ctx.layout.work)?;
+        services_used = services.describe();
+        let candidate = candidate_context(ctx, &fresh_candidate(ctx)?)?;
+        // Upstream first: its own tests, before any patch is applied.
+        let upstream = upstream_tests(ctx, &registry, &run, &candidate, &services)?;
+        let checked = if run.report.result == SyncResult::Ready {
+            Some(verify_candidate(
                 ctx,
                 &registry,
                 &run,
                 version.as_deref(),
                 commit.as_deref(),
                 &date,
-            )?;
-            let outcome = if checked.passed {
-                if args.write {
-                    sync::write(
-                        ctx,
-                        &registry,
-                        &run,
-                        version.as_deref(),
-                        commit.as_deref(),
-                        &date,
-                    )?;
-                    written = true;
-                }
-                (
-                    CiResult::Ready,
-                    format!(
-                        "ready {label}: {}; verify --mutation passed{}",
-                        status_counts(&run.report),
-                        if written { "; adopted (--write)" } else { "" }
-                    ),
+                &candidate,
+                &services,
+            )?)
+        } else {
+            None
+        };
+        drop(services);
+        let series = match &checked {
+            None => blockers(&run.report),
+            Some(v) if v.passed => {
+                format!("{}; verify --mutation passed", status_counts(&run.report))
+            }
+            Some(v) => {
+                let first = v.problems.first().cloned().unwrap_or_default();
+                let more = v.problems.len().saturating_sub(1);
+                format!(
+                    "the synced series fails verify --mutation: {first}{}",
+                    if more > 0 {
+                        format!(" (+{more} more)")
+                    } else {
+                        String::new()
+                    }
                 )
-            } else {
-                let first = checked.problems.first().cloned().unwrap_or_default();
-                let more = checked.problems.len().saturating_sub(1);
-                (
-                    CiResult::Blocked,
-                    format!(
-                        "blocked {label}: the synced series fails verify --mutation: {first}{}",
-                        if more > 0 {
-                            format!(" (+{more} more)")
-                        } else {
-                            String::new()
-                        }
-                    ),
-                )
-            };
-            verify = Some(checked);
-            outcome
-        }
+            }
+        };
+        let flaky = if upstream.flaky.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; upstream's own tests were flaky: {}",
+                upstream.flaky.join(", ")
+            )
+        };
+        let verdict = if upstream.is_broken() {
+            (
+                CiResult::UpstreamBroken,
+                format!(
+                    "upstream-broken {label}: upstream fails its own tests before any patch is applied: {}; \
+                     no patch is blamed (the series: {series})",
+                    upstream.summary()
+                ),
+            )
+        } else if checked.as_ref().is_some_and(|v| v.passed) {
+            if args.write {
+                sync::write(
+                    ctx,
+                    &registry,
+                    &run,
+                    version.as_deref(),
+                    commit.as_deref(),
+                    &date,
+                )?;
+                written = true;
+            }
+            (
+                CiResult::Ready,
+                format!(
+                    "ready {label}: {series}{flaky}{}",
+                    if written { "; adopted (--write)" } else { "" }
+                ),
+            )
+        } else {
+            (
+                CiResult::Blocked,
+                format!("blocked {label}: {series}{flaky}"),
+            )
+        };
+        verify = checked;
+        upstream_tests_run = Some(upstream);
+        verdict
     };
     let report = CiReport {
         result,
         summary: summary.clone(),
         source: fetched.source,
         upstream_commit: fetched.commit,
+        services: services_used,
+        upstream_tests: upstream_tests_run,
         sync: run.report.clone(),
         verify,
         written,
@@ -412,5 +529,6 @@ pub fn run(ctx: &Context, args: &CiArgs) -> Result<Outcome> {
     Ok(match result {
         CiResult::NoUpdate | CiResult::Ready => Outcome::Ok,
         CiResult::Blocked => Outcome::Blocked,
+        CiResult::UpstreamBroken => Outcome::UpstreamBroken,
     })
 }

@@ -14,12 +14,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::cli::RefreshArgs;
-use crate::cmd::check::content_path;
-use crate::cmd::{Context, Outcome};
+use crate::context::{Context, Outcome};
 use crate::error::{Error, Result};
 use crate::fsutil;
 use crate::git::{Oid, Repo};
 use crate::patchfile;
+use crate::patchfile::content_path;
 use crate::registry::{PATCH_ID_TRAILER, PatchEntry, PatchId, REGISTRY_FILE, Registry};
 use crate::render::{self, INVENTORY_FILE};
 use crate::ui::{self, Table};
@@ -204,14 +204,25 @@ pub fn export(
         .iter()
         .map(|(id, p)| (id.clone(), p.line_counts()))
         .collect();
+    // Patch `i` finds the files of the tree before it: the base, then each
+    // re-exported patch's tree in turn.
+    let mut trees_before: Vec<Oid> = vec![repo.read_commit(base)?.tree];
+    trees_before.extend(stack.iter().map(|(_, tree)| tree.clone()));
+    let read = |tree: &Oid, path: &str| -> Result<Option<String>> {
+        Ok(repo
+            .read_file(tree, path)?
+            .map(|b| String::from_utf8_lossy(&b).into_owned()))
+    };
     let surface = crate::surface::measure(
         &updated,
         &parsed_refs,
-        &mut |path: &str| Ok(repo.resolve(&format!("{base}:{path}"))?.is_some()),
-        &mut |path: &str| {
-            Ok(repo
-                .read_file(&parent_tree, path)?
-                .map(|b| String::from_utf8_lossy(&b).into_owned()))
+        crate::surface::Trees {
+            in_baseline: &mut |path: &str| Ok(repo.resolve(&format!("{base}:{path}"))?.is_some()),
+            before: &mut |index: usize, path: &str| match trees_before.get(index) {
+                Some(tree) => read(tree, path),
+                None => Ok(None),
+            },
+            patched: &mut |path: &str| read(&parent_tree, path),
         },
     )?;
     let inventory = render::render(&updated, &counts, Some(&surface));

@@ -1,7 +1,7 @@
 //! `render`: write FORK_PATCHES.md.
 
-use crate::cmd::check::analyze;
-use crate::cmd::{Context, Outcome};
+use crate::analysis::{Measure, analyze};
+use crate::context::{Context, Outcome};
 use crate::error::Result;
 use crate::registry::Registry;
 use crate::render::{INVENTORY_FILE, render};
@@ -12,7 +12,7 @@ use crate::render::{INVENTORY_FILE, render};
 /// # Errors
 /// I/O errors reading the baseline.
 pub fn inventory(ctx: &Context, registry: &Registry) -> Result<String> {
-    let analysis = analyze(&ctx.root, registry)?;
+    let analysis = analyze(&ctx.root, registry, Measure::Surface)?;
     Ok(render(
         registry,
         &analysis.line_counts(),

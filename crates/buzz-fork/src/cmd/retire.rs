@@ -6,11 +6,11 @@
 //! snapshot are removed; FORK_PATCHES.md is re-rendered.
 
 use crate::cli::RetireArgs;
-use crate::cmd::check::content_path;
-use crate::cmd::{Context, Outcome};
+use crate::context::{Context, Outcome};
 use crate::error::{Error, Result};
 use crate::fsutil;
 use crate::git::{ApplyMode, ApplyOutcome, Direction};
+use crate::patchfile::content_path;
 use crate::registry::{PatchEntry, Registry, Retired, Status};
 use crate::render::INVENTORY_FILE;
 use crate::workarea;

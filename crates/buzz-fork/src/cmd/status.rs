@@ -1,8 +1,9 @@
-//! `status`: one line per patch, then the series' surface (lines in
-//! upstream files, glue modules, import cycles through glue).
+//! `status`: one line per patch, then the series' surface (the hunks each
+//! patch makes in upstream files and the items they touch, glue modules and
+//! the patches that edit them, import cycles through glue).
 
-use crate::cmd::check::analyze;
-use crate::cmd::{Context, Outcome};
+use crate::analysis::{Measure, analyze};
+use crate::context::{Context, Outcome};
 use crate::error::Result;
 use crate::ui::{self, Table};
 
@@ -12,11 +13,10 @@ use crate::ui::{self, Table};
 /// Registry or I/O errors.
 pub fn run(ctx: &Context) -> Result<Outcome> {
     let registry = ctx.registry()?;
-    let analyzed = analyze(&ctx.root, &registry)?;
-    let analysis = &analyzed.patches;
+    let analyzed = analyze(&ctx.root, &registry, Measure::Surface)?;
     let mut t = Table::new(&["id", "status", "reason", "applies", "guards"]);
     for entry in &registry.patches {
-        let applies = match analysis.iter().find(|a| a.entry.id == entry.id) {
+        let applies = match analyzed.patch(entry.id.as_str()) {
             None => "-".to_owned(),
             Some(a) if a.file_problem.is_some() => "no (file)".to_owned(),
             Some(a) => match (&a.exact, a.applies) {

@@ -25,60 +25,21 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::classify::SyncStatus;
+use crate::classify::{self, Decision, Facts, Forward, Leaves};
 use crate::cli::SyncArgs;
-use crate::cmd::check::content_path;
-use crate::cmd::{Context, Outcome, refresh};
+use crate::cmd::refresh;
+use crate::context::{Context, Outcome};
 use crate::error::{Error, Result};
 use crate::exact::{HunkFit, Overlay, Strictness, locate, split_lines};
 use crate::fsutil::{self, StagedDir};
 use crate::git::{ApplyMode, ApplyOutcome, Direction, MergeOutcome, Oid, Repo};
 use crate::guards;
+use crate::patchfile::content_path;
 use crate::patchfile::{self, ParsedPatch};
 use crate::registry::{PATCH_ID_TRAILER, PatchEntry, PatchId, Registry, Retired, Status};
 use crate::ui::{self, Table};
 use crate::workarea::{self, BaselineSource, SERIES_BRANCH, SYNC_SERIES_REF, SYNC_UPSTREAM_REF};
-
-/// Per-patch classification.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SyncStatus {
-    /// Upstream already contains the change.
-    AlreadyUpstream,
-    /// Applies at the stated lines.
-    Exact,
-    /// Applies at shifted lines.
-    Offset,
-    /// Needed a 3-way merge (or a maintainer's resolution).
-    Merged,
-    /// Conflicts.
-    Conflict,
-    /// Applies but changes nothing.
-    Empty,
-    /// Applies but its guards are gone.
-    GuardFailed,
-}
-
-impl SyncStatus {
-    /// Report spelling.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SyncStatus::AlreadyUpstream => "already-upstream",
-            SyncStatus::Exact => "exact",
-            SyncStatus::Offset => "offset",
-            SyncStatus::Merged => "merged",
-            SyncStatus::Conflict => "conflict",
-            SyncStatus::Empty => "empty",
-            SyncStatus::GuardFailed => "guard-failed",
-        }
-    }
-
-    /// Whether this status stops the sync (and names the patch in `ci`'s
-    /// one-line summary).
-    pub(crate) fn blocks(self) -> bool {
-        matches!(self, SyncStatus::Conflict | SyncStatus::GuardFailed)
-    }
-}
 
 /// Overall sync state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -187,7 +148,7 @@ impl UpstreamDir {
 }
 
 /// The package name a `Cargo.toml` declares.
-fn package_name(manifest: &Path) -> Result<Option<String>, String> {
+pub(crate) fn package_name(manifest: &Path) -> Result<Option<String>, String> {
     let text = std::fs::read_to_string(manifest)
         .map_err(|e| format!("cannot read {}: {e}", manifest.display()))?;
     let table: toml::Table = toml::from_str(&text).map_err(|e| {
@@ -384,6 +345,144 @@ fn fits_exactly(repo: &Repo<'_>, commit: &Oid, parsed: &ParsedPatch) -> Result<b
     Ok(overlay.apply(parsed, Strictness::Exact)?.is_exact())
 }
 
+/// Where in the re-application a patch is observed.
+struct Position<'a> {
+    /// The old series (its commits are the 3-way merge's inputs).
+    old: &'a workarea::Series,
+    /// The patch's index among the active patches.
+    index: usize,
+    /// The patch.
+    entry: &'a PatchEntry,
+    /// Every active patch, in order.
+    active: &'a [&'a PatchEntry],
+    /// The new base plus the patches re-applied so far.
+    head: &'a Oid,
+    /// Its tree.
+    head_tree: &'a Oid,
+    /// The maintainer's resolution of this patch (commit, parent), if any.
+    resolution: Option<&'a (Oid, Oid)>,
+}
+
+/// What `sync` observed about a patch, and the tree it leaves (if any).
+struct Observed {
+    facts: Facts,
+    tree: Option<Oid>,
+}
+
+/// Observes one patch on top of `head` with git (see [`crate::classify`]
+/// for the observations and the rules that decide its status).
+fn observe(repo: &Repo<'_>, at: &Position<'_>, root: &Path) -> Result<Observed> {
+    let entry = at.entry;
+    let (file, bytes) = workarea::read_patch_file(root, entry)?;
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let parsed = patchfile::parse(&text).map_err(|message| Error::PatchParse {
+        id: entry.id.to_string(),
+        file: entry.file.clone(),
+        message,
+    })?;
+    let mut facts = Facts {
+        id: entry.id.to_string(),
+        files: parsed.paths(),
+        reverse_applies: false,
+        forward: None,
+        taken_with_later: None,
+        resolution: None,
+        leaves: None,
+    };
+    if let ApplyOutcome::Applied(_) =
+        repo.apply_patch(at.head, &file, Direction::Reverse, ApplyMode::CheckOnly)?
+    {
+        facts.reverse_applies = true;
+        return Ok(Observed { facts, tree: None });
+    }
+    let old_commit = &at.old.commits[at.index].commit;
+    let old_parent = at.old.prefix_tip(at.index);
+    let (forward, forward_tree) =
+        match repo.apply_patch(at.head, &file, Direction::Forward, ApplyMode::Write)? {
+            ApplyOutcome::Applied(tree) if fits_exactly(repo, at.head, &parsed)? => {
+                (Forward::Exact, Some(tree))
+            }
+            ApplyOutcome::Applied(tree) => {
+                let shifted = hunk_fits(repo, at.head, &parsed)?
+                    .into_iter()
+                    .filter_map(|(path, n, header, fit)| match fit {
+                        HunkFit::Offset(d) => {
+                            Some(format!("{path} hunk #{n} {header} offset {d:+}"))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                (Forward::Shifted(shifted), Some(tree))
+            }
+            ApplyOutcome::Rejected(_) => match repo.merge_tree(old_parent, at.head, old_commit)? {
+                MergeOutcome::Clean(tree) => (Forward::Merged, Some(tree)),
+                MergeOutcome::Conflicted(files) => {
+                    let hunks = failing_hunks(&hunk_fits(repo, at.head, &parsed)?, &files);
+                    (Forward::Conflicted { files, hunks }, None)
+                }
+            },
+        };
+    let conflicted = matches!(forward, Forward::Conflicted { .. });
+    facts.forward = Some(forward);
+    if conflicted
+        && at.resolution.is_none()
+        && let Some(later) = upstream_with_later(repo, at.old, at.index, at.head)?
+    {
+        facts.taken_with_later = Some(
+            at.active[at.index + 1..=later]
+                .iter()
+                .map(|e| e.id.to_string())
+                .collect(),
+        );
+    }
+    let mut tree = forward_tree;
+    if let Some((commit, parent)) = at.resolution
+        && let MergeOutcome::Clean(resolved) = repo.merge_tree(parent, at.head, commit)?
+    {
+        facts.resolution = Some(commit.short().to_owned());
+        tree = Some(resolved);
+    }
+    if let Some(tree) = &tree {
+        facts.leaves = Some(if tree == at.head_tree {
+            Leaves::Unchanged
+        } else {
+            Leaves::Changed {
+                missing_guards: guards::entry_problems(
+                    entry,
+                    |path: &str| -> Result<Option<String>> {
+                        Ok(repo
+                            .read_file(tree, path)?
+                            .map(|b| String::from_utf8_lossy(&b).into_owned()))
+                    },
+                )?,
+            }
+        });
+    }
+    Ok(Observed { facts, tree })
+}
+
+/// The hunks of each conflicted file that no longer fit anywhere (every
+/// hunk of the file when all of them still fit somewhere).
+fn failing_hunks(fits: &[(String, usize, String, HunkFit)], files: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in files {
+        let mut failing: Vec<String> = fits
+            .iter()
+            .filter(|(p, _, _, fit)| p == f && *fit == HunkFit::Missing)
+            .map(|(p, n, h, _)| format!("{p} hunk #{n} {h}"))
+            .collect();
+        if failing.is_empty() {
+            failing = fits
+                .iter()
+                .filter(|(p, ..)| p == f)
+                .map(|(p, n, h, _)| format!("{p} hunk #{n} {h}"))
+                .collect();
+        }
+        out.extend(failing);
+    }
+    out
+}
+
 /// Classifies the series against a new upstream directory.
 ///
 /// # Errors
@@ -425,7 +524,7 @@ pub fn compute_from(
             found: old_tree.to_string(),
         });
     }
-    crate::cmd::check::preflight(&ctx.root, registry)?;
+    crate::checks::preflight(&ctx.root, registry)?;
     let new_tree = workarea::baseline_tree_from(&repo, layout, registry, source.source())?;
     let old = workarea::build_active_series(&repo, layout, registry, None)?;
     let label = new_version.map_or_else(|| format!("(tree {})", new_tree.short()), str::to_owned);
@@ -442,148 +541,40 @@ pub fn compute_from(
     let mut stack = Vec::new();
     let active: Vec<&PatchEntry> = registry.active().collect();
     for (i, entry) in active.iter().enumerate() {
-        let (file, bytes) = workarea::read_patch_file(&ctx.root, entry)?;
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        let parsed = patchfile::parse(&text).map_err(|message| Error::PatchParse {
-            id: entry.id.to_string(),
-            file: entry.file.clone(),
-            message,
-        })?;
-        let old_commit = &old.commits[i].commit;
-        let old_parent = old.prefix_tip(i);
-        let mut rep = PatchReport {
-            id: entry.id.to_string(),
-            status: SyncStatus::Exact,
-            files: parsed.paths(),
-            hunks: Vec::new(),
-            detail: None,
-        };
-        if let ApplyOutcome::Applied(_) =
-            repo.apply_patch(&head, &file, Direction::Reverse, ApplyMode::CheckOnly)?
-        {
-            rep.status = SyncStatus::AlreadyUpstream;
-            rep.detail = Some(
-                "the reverse of the patch applies: upstream already contains this change (sync --write retires it as upstreamed)".into(),
-            );
-            patches.push(rep);
-            continue;
-        }
-        let mut new_tree_for_patch = None;
-        match repo.apply_patch(&head, &file, Direction::Forward, ApplyMode::Write)? {
-            ApplyOutcome::Applied(tree) => {
-                if fits_exactly(&repo, &head, &parsed)? {
-                    rep.status = SyncStatus::Exact;
-                } else {
-                    rep.status = SyncStatus::Offset;
-                    for (path, n, header, fit) in hunk_fits(&repo, &head, &parsed)? {
-                        if let HunkFit::Offset(d) = fit {
-                            rep.hunks
-                                .push(format!("{path} hunk #{n} {header} offset {d:+}"));
-                        }
-                    }
-                    rep.detail = Some(
-                        "applies at shifted lines; --write re-exports it at the new positions"
-                            .into(),
-                    );
-                }
-                new_tree_for_patch = Some(tree);
-            }
-            ApplyOutcome::Rejected(_) => match repo.merge_tree(old_parent, &head, old_commit)? {
-                MergeOutcome::Clean(tree) => {
-                    rep.status = SyncStatus::Merged;
-                    rep.detail = Some("context changed upstream; a 3-way merge re-applied the patch (review the range-diff)".into());
-                    new_tree_for_patch = Some(tree);
-                }
-                MergeOutcome::Conflicted(files) => {
-                    rep.status = SyncStatus::Conflict;
-                    let fits = hunk_fits(&repo, &head, &parsed)?;
-                    for f in &files {
-                        let mut failing: Vec<String> = fits
-                            .iter()
-                            .filter(|(p, _, _, fit)| p == f && *fit == HunkFit::Missing)
-                            .map(|(p, n, h, _)| format!("{p} hunk #{n} {h}"))
-                            .collect();
-                        if failing.is_empty() {
-                            failing = fits
-                                .iter()
-                                .filter(|(p, ..)| p == f)
-                                .map(|(p, n, h, _)| format!("{p} hunk #{n} {h}"))
-                                .collect();
-                        }
-                        rep.hunks.extend(failing);
-                    }
-                    rep.detail = Some(format!(
-                        "patch {} conflicts with the new upstream in {}; resolve it in the work repo (docs/MAINTENANCE.md)",
-                        entry.id,
-                        files.join(", ")
-                    ));
-                    rep.files = files;
-                }
+        let observed = observe(
+            &repo,
+            &Position {
+                old: &old,
+                index: i,
+                entry,
+                active: &active,
+                head: &head,
+                head_tree: &head_tree,
+                resolution: resolved.get(entry.id.as_str()),
             },
-        }
-        if rep.status == SyncStatus::Conflict
-            && !resolved.contains_key(entry.id.as_str())
-            && let Some(later) = upstream_with_later(&repo, &old, i, &head)?
+            &ctx.root,
+        )?;
+        let decision = classify::decide(&observed.facts);
+        let described = classify::describe(&observed.facts, decision);
+        patches.push(PatchReport {
+            id: entry.id.to_string(),
+            status: decision.status,
+            files: described.files,
+            hunks: described.hunks,
+            detail: described.detail,
+        });
+        if let (
+            Decision {
+                reapplied: true, ..
+            },
+            Some(tree),
+        ) = (decision, observed.tree)
         {
-            let ids: Vec<&str> = active[i + 1..=later]
-                .iter()
-                .map(|e| e.id.as_str())
-                .collect();
-            rep.status = SyncStatus::AlreadyUpstream;
-            rep.files = parsed.paths();
-            rep.hunks.clear();
-            rep.detail = Some(format!(
-                "upstream has it together with the later {}: the reverse of their combined change applies (sync --write retires it as upstreamed)",
-                ids.join(", ")
-            ));
-            patches.push(rep);
-            continue;
+            let commit = repo.commit_tree(&tree, &[&head], &patchfile::render_message(entry))?;
+            stack.push((entry.id.clone(), tree.clone()));
+            head = commit;
+            head_tree = tree;
         }
-        if let Some((commit, parent)) = resolved.get(entry.id.as_str())
-            && let MergeOutcome::Clean(tree) = repo.merge_tree(parent, &head, commit)?
-        {
-            let before = if rep.status == SyncStatus::Conflict {
-                rep.status = SyncStatus::Merged;
-                rep.files = parsed.paths();
-                "conflicted with the new upstream; ".to_owned()
-            } else {
-                rep.detail
-                    .as_ref()
-                    .map_or(String::new(), |d| format!("{d}; "))
-            };
-            rep.detail = Some(format!(
-                "{before}using the resolution committed in the work repo ({})",
-                commit.short()
-            ));
-            new_tree_for_patch = Some(tree);
-        }
-        let Some(tree) = new_tree_for_patch else {
-            patches.push(rep);
-            continue;
-        };
-        if tree == head_tree {
-            rep.status = SyncStatus::Empty;
-            rep.detail = Some("applies but changes nothing: upstream already has the effect (sync --write retires it as upstreamed)".into());
-            patches.push(rep);
-            continue;
-        }
-        let missing = guards::entry_problems(entry, |path: &str| -> Result<Option<String>> {
-            Ok(repo
-                .read_file(&tree, path)?
-                .map(|b| String::from_utf8_lossy(&b).into_owned()))
-        })?;
-        if !missing.is_empty() {
-            rep.status = SyncStatus::GuardFailed;
-            rep.detail = Some(format!(
-                "applies, but its guards are gone: {} (upstream renamed or removed what the patch relies on; adapt the patch in the work repo)",
-                missing.join("; ")
-            ));
-        }
-        let commit = repo.commit_tree(&tree, &[&head], &patchfile::render_message(entry))?;
-        stack.push((entry.id.clone(), tree.clone()));
-        head = commit;
-        head_tree = tree;
-        patches.push(rep);
     }
 
     let blocked: BTreeSet<&str> = patches
@@ -826,7 +817,10 @@ pub fn write_report(
 
 /// Writes an adopted sync into the repository at `dest` (the root, or the
 /// fork-CI candidate copy of it): the new baseline, the re-exported
-/// patches, retirements, registry and inventory. The work repo is only read.
+/// patches, retirements, registry and inventory, and the root `Cargo.lock`
+/// updated for the new workspace members (`cargo update --workspace`, which
+/// changes no registry package that is already locked). The work repo is
+/// only read.
 ///
 /// # Errors
 /// A retirement without an upstream reference; git or I/O failures.
@@ -882,6 +876,12 @@ pub fn adopt(
     export.write(dest)?;
     for rel in &removed {
         fsutil::remove_file_if_present(&dest.join(rel))?;
+    }
+    // The new baseline may change the workspace (its version, its
+    // dependencies): bring the lock file along, so `cargo … --locked` (and
+    // with it `scripts/fork`) accepts the repository as written.
+    if crate::cargo::update_workspace_lock(dest)? {
+        ui::note("updated Cargo.lock for the new baseline (cargo update --workspace)");
     }
     Ok(export.registry)
 }

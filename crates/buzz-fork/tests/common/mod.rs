@@ -335,6 +335,72 @@ impl Fixture {
     }
 }
 
+/// The second patch of the fixture series: `Pool::channels`, inserted after
+/// `Pool::new` (independent of `session-resume`). Its guard calls the new
+/// method, so it does not compile without the patch: an API guard when
+/// `api_reason` says why.
+pub fn add_channels_patch(f: &Fixture, api_reason: Option<&str>) {
+    f.apply();
+    let repo = f.work_repo();
+    let pool = std::fs::read_to_string(repo.join("crates/up/src/pool.rs")).unwrap();
+    let patched = pool.replacen(
+        "            opened: 0,\n        }\n    }\n",
+        "            opened: 0,\n        }\n    }\n\n    /// Channels with a session.\n    pub fn channels(&self) -> usize {\n        self.sessions.len()\n    }\n",
+        1,
+    );
+    assert_ne!(pool, patched);
+    write(&repo.join("crates/up/src/pool.rs"), &patched);
+    git(
+        &repo,
+        &[
+            "commit",
+            "-qam",
+            "Count channels\n\nFork-Patch-Id: pool-channels",
+        ],
+    );
+    let mut reg = f.registry();
+    reg.patches[0].upstream = vec!["block/buzz#6088".into()];
+    reg.patches[0].status = buzz_fork::registry::Status::Submitted;
+    let entry: buzz_fork::registry::PatchEntry = serde_json::from_value(serde_json::json!({
+        "id": "pool-channels",
+        "file": "patches/pool-channels.patch",
+        "title": "Count the channels that have a session",
+        "description": "Operators asked how many channels hold a session.",
+        "reason": "fork-only",
+        "status": "carried",
+        "upstream": [],
+        "last_update": "2026-01-01",
+        "depends_on": [],
+        "fork_crates": [],
+        "paths": [],
+        "required_symbols": [{"path": "crates/up/src/pool.rs", "symbol": "Pool::channels"}],
+        "seams": [],
+        "guard_tests": ["pool_channels::counts_channels"],
+        "guard_snapshots": ["tests/snapshots/pool_channels__counts.snap"],
+        "api_guards": api_reason
+            .map(|reason| vec![serde_json::json!({"test": "pool_channels::counts_channels", "reason": reason})])
+            .unwrap_or_default(),
+        "fixes_defects": [],
+        "retired": null
+    }))
+    .unwrap();
+    reg.patches.push(entry);
+    reg.save(&f.root).unwrap();
+    write(
+        &f.root.join("tests/tests/pool_channels.rs"),
+        "//! Guard of the pool-channels patch.\n\n#[test]\nfn counts_channels() {\n    \
+         let mut pool = up::pool::Pool::new();\n    pool.ensure_session(\"a\");\n    \
+         pool.ensure_session(\"b\");\n    assert_eq!(pool.channels(), 2);\n}\n",
+    );
+    write(
+        &f.root.join("tests/snapshots/pool_channels__counts.snap"),
+        "---\nsource: tests/pool_channels.rs\n---\n2\n",
+    );
+    f.refresh();
+    let report = f.check();
+    assert!(report.is_ok(), "{}", report.render());
+}
+
 /// Runs the real binary; returns (exit code, stdout, stderr).
 pub fn run_bin(root: &Path, args: &[&str]) -> (i32, String, String) {
     run_bin_env(root, args, &[])
