@@ -10,6 +10,7 @@
 
 pub mod inproc;
 pub mod matrix;
+pub mod outage;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
