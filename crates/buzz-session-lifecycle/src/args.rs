@@ -37,6 +37,10 @@ pub struct SessionArgs {
     #[cfg(feature = "continuity")]
     #[command(flatten)]
     pub continuity: ContinuityArgs,
+    /// The operator's metrics endpoint.
+    #[cfg(feature = "metrics")]
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 /// Restart resume: durable receipts and `session/load` / `session/resume`.
@@ -106,6 +110,18 @@ pub struct ContinuityArgs {
     pub whole_thread_budget_kb: usize,
 }
 
+/// The operator's metrics: Prometheus text exposition over HTTP (see
+/// [`crate::telemetry_metrics`]).
+#[cfg(feature = "metrics")]
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics (hot / warm / cold turns, restores, notices, residents, the
+    /// receipt store's operations and health) over HTTP at this address, e.g. 127.0.0.1:9464.
+    /// Off by default; the address is bound at startup.
+    #[arg(long, env = "BUZZ_ACP_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+}
+
 impl SessionArgs {
     /// The lifecycle's configuration. `owner_configured`: notices may mention `!rotate`;
     /// `steer`: mid-turn input is steered into the running turn; `max_turns`: upstream's
@@ -146,15 +162,27 @@ impl SessionArgs {
     /// configuration is checked now; the store itself is opened by the driver, in the background,
     /// so a database that is down when the harness starts does not stop it.
     ///
+    /// The harness calls this once, when it starts, right before it builds the
+    /// [`Driver`](crate::Driver): with `--metrics-listen` the metrics endpoint starts here too
+    /// (its recorder then sees everything the driver does).
+    ///
     /// # Errors
     /// A store configuration that can never work (an unparsable or unsupported URL): the harness
-    /// refuses to start rather than run without its sessions.
+    /// refuses to start rather than run without its sessions. With `--metrics-listen`, an
+    /// address that cannot be listened on (reported as a configuration error: it is the only
+    /// error the harness's start-up path carries from here).
     pub fn opener(
         &self,
         relay: &str,
         agent_pubkey: &str,
         state_dir: &Path,
     ) -> Result<Opener, StoreError> {
+        #[cfg(feature = "metrics")]
+        if let Some(addr) = self.metrics.metrics_listen {
+            crate::telemetry_metrics::serve(addr).map_err(|e| StoreError::Config {
+                reason: e.to_string(),
+            })?;
+        }
         let scope = StoreScope {
             relay: relay.to_string(),
             agent_pubkey: agent_pubkey.to_string(),

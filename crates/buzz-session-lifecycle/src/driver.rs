@@ -42,6 +42,9 @@ pub struct Driver<K, I> {
     releases: Vec<Command<K, I>>,
     notices: Vec<Notice<K, I>>,
     fixed: Vec<String>,
+    /// What the operator's metrics are told (feature `metrics`).
+    #[cfg(feature = "metrics")]
+    metrics: crate::telemetry_metrics::Metrics<K>,
 }
 
 impl<K: std::fmt::Debug, I: std::fmt::Debug> std::fmt::Debug for Driver<K, I> {
@@ -74,6 +77,8 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
             releases: Vec::new(),
             notices: Vec::new(),
             fixed: Vec::new(),
+            #[cfg(feature = "metrics")]
+            metrics: crate::telemetry_metrics::Metrics::default(),
         }
     }
 
@@ -147,6 +152,8 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     /// See [`Lifecycle::turn_end`].
     pub fn turn_end(&mut self, scope: &K, outcome: TurnOutcome) -> AfterTurn<I> {
         self.take_in();
+        #[cfg(feature = "metrics")]
+        self.metrics.turn_ended(scope);
         let now = self.now();
         let after = self.lifecycle.turn_end(scope, outcome, now);
         self.take_out();
@@ -243,6 +250,9 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     pub(crate) fn take_in(&mut self) {
         let now = self.now();
         for (scope, report) in self.mailbox.drain() {
+            #[cfg(feature = "metrics")]
+            self.metrics
+                .report(&scope, &report, self.lifecycle.running_plan(&scope));
             match report {
                 Report::Opened(opened) => self.lifecycle.opened(&scope, opened, now),
                 Report::Window(ids) => self.lifecycle.window(&scope, ids),
@@ -291,6 +301,8 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     fn apply_io(&mut self, events: Vec<IoEvent<K>>) {
         let now = self.now();
         for event in events {
+            #[cfg(feature = "metrics")]
+            self.metrics.store(&event);
             match event {
                 IoEvent::Read(scope, Ok(record)) => self.lifecycle.read_done(&scope, Ok(record)),
                 IoEvent::Read(scope, Err(e)) => {
@@ -309,6 +321,9 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                 IoEvent::Up { location } => {
                     tracing::info!(%location, "receipt store available");
                     (self.records)("store_health", json!({"up": true}));
+                }
+                IoEvent::Finished(operation) => {
+                    tracing::trace!(?operation, "receipt store operation");
                 }
             }
         }
@@ -356,15 +371,23 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         for record in out.records {
             self.emit(&record);
         }
+        #[cfg(all(feature = "metrics", feature = "residency"))]
+        self.metrics.residents(self.lifecycle.residents());
         for command in out.commands {
             match command {
-                Command::Notice(notice) => self.notices.push(notice),
+                Command::Notice(notice) => {
+                    #[cfg(feature = "metrics")]
+                    self.metrics.notice(notice.cause);
+                    self.notices.push(notice);
+                }
                 release @ Command::Release { .. } => self.releases.push(release),
             }
         }
     }
 
-    fn emit(&self, record: &Record) {
+    fn emit(&mut self, record: &Record) {
+        #[cfg(feature = "metrics")]
+        self.metrics.record(record);
         let (kind, fields) = record.observer_event();
         match record.level() {
             Level::Debug => tracing::debug!(kind = %kind, %fields, "session lifecycle"),

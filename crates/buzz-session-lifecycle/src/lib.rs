@@ -16,6 +16,7 @@
 //! | `residency` | `resident-background-controllers` | `residency`: hot follow-ups |
 //! | `continuity` | `continuity-handoff` | `rotation`, `retirement`, `exhaustion`: durable limits, handoffs, whole thread |
 //! | `config-in-place` | `model-switch-in-place` | `config_change`: `!model` applied in place per thread |
+//! | `metrics` | `operator-metrics` | `telemetry_metrics`: Prometheus metrics on `--metrics-listen` |
 //!
 //! The pure core, one concept per module:
 //!
@@ -76,6 +77,8 @@ pub mod session_config;
 pub mod settlement;
 pub mod store_io;
 pub mod telemetry;
+#[cfg(feature = "metrics")]
+pub mod telemetry_metrics;
 pub mod test_values;
 pub mod testing;
 pub mod wire;

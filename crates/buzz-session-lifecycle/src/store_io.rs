@@ -76,12 +76,79 @@ pub enum IoEvent<K> {
         /// Where the receipts live.
         location: String,
     },
+    /// An operation on the store finished (one per open attempt, read and write attempt).
+    Finished(Operation),
 }
 
+/// One finished store operation: what it was, how it ended and how long the store took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Operation {
+    /// What was done.
+    pub op: OpKind,
+    /// How it ended.
+    pub outcome: OpOutcome,
+    /// How long the store call took (wall time on its blocking thread).
+    pub elapsed: Duration,
+}
+
+/// A kind of store operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// Opening the store (at startup, again after each failure).
+    Open,
+    /// Reading a scope's receipt.
+    Read,
+    /// Writing a new receipt.
+    Put,
+    /// Committing a turn to the receipt.
+    Commit,
+    /// Removing a scope's receipt.
+    Remove,
+    /// Removing every receipt of a channel.
+    RemoveChannel,
+}
+
+/// How a store operation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpOutcome {
+    /// Done (a replayed write that finds its own result stored counts as done).
+    Ok,
+    /// A conditional write was refused: the store held something else.
+    Conflict,
+    /// A write found the scope forgotten by an operator.
+    Forgotten,
+    /// The store failed (a write is retried, a read given up on).
+    Error,
+}
+
+impl OpKind {
+    /// The kind of a queued write.
+    fn of(entry: &Entry<impl Sized>) -> OpKind {
+        match entry {
+            Entry::Scope(_, write) => match write.target {
+                Target::Record(_) => OpKind::Put,
+                Target::Turn(_) => OpKind::Commit,
+                Target::Absent => OpKind::Remove,
+            },
+            Entry::Channel(..) => OpKind::RemoveChannel,
+        }
+    }
+}
+
+/// A finished operation and how long the store took.
 enum Done<K> {
-    Opened(Result<Arc<dyn Receipts>, StoreError>),
-    Read(K, Result<Option<SessionRecord>, StoreError>),
-    Wrote(Entry<K>, Result<Written, StoreError>),
+    Opened(Result<Arc<dyn Receipts>, StoreError>, Duration),
+    Read(K, Result<Option<SessionRecord>, StoreError>, Duration),
+    Wrote(Entry<K>, Result<Written, StoreError>, Duration),
+}
+
+/// Runs a store call and measures it.
+fn timed<T>(call: impl FnOnce() -> T) -> (T, Duration) {
+    let started = std::time::Instant::now();
+    let result = call();
+    (result, started.elapsed())
 }
 
 enum Backend {
@@ -251,7 +318,8 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
                     let opener = Arc::clone(&self.opener);
                     let tx = self.done_tx.clone();
                     tokio::task::spawn_blocking(move || {
-                        let _ = tx.send(Done::Opened(opener()));
+                        let (result, elapsed) = timed(|| opener());
+                        let _ = tx.send(Done::Opened(result, elapsed));
                     });
                 }
                 return;
@@ -269,8 +337,8 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
             let tx = self.done_tx.clone();
             tokio::task::spawn_blocking(move || {
                 let key = store_key(&scope, store.scheme());
-                let result = store.read(&key);
-                let _ = tx.send(Done::Read(scope, result));
+                let (result, elapsed) = timed(|| store.read(&key));
+                let _ = tx.send(Done::Read(scope, result, elapsed));
             });
         }
         if self.writing.is_some() || self.write_due > now {
@@ -283,7 +351,7 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
         let to_store_time = self.to_store_time();
         let tx = self.done_tx.clone();
         tokio::task::spawn_blocking(move || {
-            let result = match &entry {
+            let (result, elapsed) = timed(|| match &entry {
                 Entry::Scope(scope, write) => {
                     let key = store_key(scope, store.scheme());
                     let condition = condition(write.expect.as_ref(), &to_store_time);
@@ -293,8 +361,8 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
                 Entry::Channel(channel, decided) => store
                     .remove_channel(channel, to_store_time(*decided))
                     .map(|()| Written::Done),
-            };
-            let _ = tx.send(Done::Wrote(entry, result));
+            });
+            let _ = tx.send(Done::Wrote(entry, result, elapsed));
         });
     }
 
@@ -321,11 +389,13 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
 
     fn finish(&mut self, done: Done<K>) {
         match done {
-            Done::Opened(Ok(store)) => {
+            Done::Opened(Ok(store), elapsed) => {
+                self.finished(OpKind::Open, OpOutcome::Ok, elapsed);
                 self.backend = Backend::Open(store);
                 self.up();
             }
-            Done::Opened(Err(e)) => {
+            Done::Opened(Err(e), elapsed) => {
+                self.finished(OpKind::Open, OpOutcome::Error, elapsed);
                 let pause = match &self.backend {
                     Backend::Closed { pause, .. } => *pause,
                     Backend::Open(_) => Duration::from_secs(1),
@@ -337,11 +407,17 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
                 };
                 self.down(&e);
             }
-            Done::Read(scope, result) => {
+            Done::Read(scope, result, elapsed) => {
                 self.reads.remove(&scope);
                 match &result {
-                    Ok(_) => self.up(),
-                    Err(e) => self.down(e),
+                    Ok(_) => {
+                        self.finished(OpKind::Read, OpOutcome::Ok, elapsed);
+                        self.up();
+                    }
+                    Err(e) => {
+                        self.finished(OpKind::Read, OpOutcome::Error, elapsed);
+                        self.down(e);
+                    }
                 }
                 if self.reread.remove(&scope) {
                     self.reads.insert(scope, false);
@@ -349,23 +425,27 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
                     self.events.push(IoEvent::Read(scope, result));
                 }
             }
-            Done::Wrote(entry, result) => {
+            Done::Wrote(entry, result, elapsed) => {
                 self.writing = None;
+                let op = OpKind::of(&entry);
                 match result {
                     Ok(written) => {
                         self.write_pause = Duration::ZERO;
-                        self.up();
-                        match (entry, written) {
+                        let outcome = match (entry, written) {
                             (Entry::Scope(scope, write), Written::Conflict { stored }) => {
-                                self.conflict(scope, &write, stored);
+                                self.conflict(scope, &write, stored)
                             }
                             (Entry::Scope(scope, _), Written::Forgotten) => {
                                 self.events.push(IoEvent::Forgotten(scope));
+                                OpOutcome::Forgotten
                             }
-                            _ => {}
-                        }
+                            _ => OpOutcome::Ok,
+                        };
+                        self.finished(op, outcome, elapsed);
+                        self.up();
                     }
                     Err(e) => {
+                        self.finished(op, OpOutcome::Error, elapsed);
                         self.down(&e);
                         self.write_pause = (self.write_pause * 2)
                             .max(Duration::from_secs(1))
@@ -380,14 +460,14 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
 
     /// A refused write. A replay of a write that did reach the store before (its answer was
     /// lost) finds its own session stored: that is success.
-    fn conflict(&mut self, scope: K, write: &Write, stored: Option<String>) {
+    fn conflict(&mut self, scope: K, write: &Write, stored: Option<String>) -> OpOutcome {
         let own = match &write.target {
             Target::Record(record) => stored.as_deref() == Some(record.session_id.as_str()),
             Target::Absent => stored.is_none(),
             Target::Turn(_) => false,
         };
         if own {
-            return;
+            return OpOutcome::Ok;
         }
         let op = match write.target {
             Target::Record(_) => "put",
@@ -395,6 +475,15 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
             Target::Absent => "remove",
         };
         self.events.push(IoEvent::Conflict { scope, op, stored });
+        OpOutcome::Conflict
+    }
+
+    fn finished(&mut self, op: OpKind, outcome: OpOutcome, elapsed: Duration) {
+        self.events.push(IoEvent::Finished(Operation {
+            op,
+            outcome,
+            elapsed,
+        }));
     }
 
     fn up(&mut self) {
