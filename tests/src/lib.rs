@@ -339,8 +339,9 @@ pub fn wait_for_notice(s: &Scenario, event_id: &str, timeout: Duration) -> Optio
 }
 
 /// The snapshot view of a scenario's wire log. The harness names its own version in
-/// `initialize` (`clientInfo.version`); it is replaced by `<harness version>` and that frame's
-/// byte count left out, so an upstream release does not change every guard's snapshot.
+/// `initialize` (`info.version` in the v2 shape it sends since 0.11.0, `clientInfo.version` in
+/// the v1 shape before); it is replaced by `<harness version>` and that frame's byte count left
+/// out, so an upstream release does not change every guard's snapshot.
 pub fn wire_view(s: &Scenario) -> Value {
     let mut view =
         acp_test_agent::harness::normalize_wire_log(&wire(s), &[(s.root.as_path(), "<tmp>")]);
@@ -348,7 +349,10 @@ pub fn wire_view(s: &Scenario) -> Value {
         if frame.get("method").and_then(Value::as_str) != Some("initialize") {
             continue;
         }
-        if let Some(version) = frame.pointer_mut("/params/clientInfo/version") {
+        let version = ["/params/info/version", "/params/clientInfo/version"]
+            .into_iter()
+            .find(|path| frame.pointer(path).is_some());
+        if let Some(version) = version.and_then(|path| frame.pointer_mut(path)) {
             *version = Value::String("<harness version>".into());
             if let Some(obj) = frame.as_object_mut() {
                 obj.remove("bytes");

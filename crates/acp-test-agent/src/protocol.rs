@@ -20,6 +20,7 @@
 //! | `session/resume`, `replayFrom: {"type": "start"}` | `session/load` | the replay as full `user_message` / `agent_message` updates with ids, the snapshot, the answer |
 //! | `session/resume`, another cursor | — | `-32602` |
 //! | `session/prompt` | `session/prompt` | `state_update` running, chunks with `messageId`, `state_update` idle with the stop reason, then the answer `{messageId}` |
+//! | (the agent asks) | `session/request_permission` with `toolCall` | the same request with `title` and `subject: {type: "tool_call", toolCall}` |
 //! | `session/resume`, `session/close`, `session/list` without the session capability | — | `-32601` |
 //!
 //! Message ids are `<session>/user/<turn>` and `<session>/agent/<turn>`: the same for a live
@@ -296,6 +297,12 @@ impl Front {
                 }
                 vec![Value::Object(frame).to_string()]
             }
+            Some("session/request_permission") => {
+                if let Some(params) = frame.get_mut("params") {
+                    v2_permission_request(params);
+                }
+                vec![Value::Object(frame).to_string()]
+            }
             Some(_) => vec![line],
             None => {
                 if let Some(Value::Array(options)) = frame
@@ -352,6 +359,27 @@ impl Front {
             "capabilities": capabilities,
         })
     }
+}
+
+/// A v1 `session/request_permission`'s params, rewritten for v2: the tool call becomes the
+/// request's `subject`, and its title the request's required `title`.
+fn v2_permission_request(params: &mut Value) {
+    let Some(params) = params.as_object_mut() else {
+        return;
+    };
+    let Some(tool_call) = params.remove("toolCall") else {
+        return;
+    };
+    let title = tool_call
+        .get("title")
+        .and_then(Value::as_str)
+        .unwrap_or("permission")
+        .to_owned();
+    params.insert("title".into(), Value::from(title));
+    params.insert(
+        "subject".into(),
+        json!({"type": "tool_call", "toolCall": tool_call}),
+    );
 }
 
 /// A v1 config option, rewritten for v2: its `id` is `configId`.
@@ -556,6 +584,21 @@ mod tests {
         assert_eq!(idle["params"]["update"]["stopReason"], "end_turn");
         let answer: Value = serde_json::from_str(&end[1]).unwrap();
         assert_eq!(answer["result"], json!({"messageId": "s/user/2"}));
+    }
+
+    #[test]
+    fn a_permission_request_gets_the_v2_title_and_subject() {
+        let front = v2_front();
+        let asked = front.from_agent(
+            r#"{"jsonrpc":"2.0","id":"p","method":"session/request_permission","params":{"sessionId":"s","toolCall":{"toolCallId":"perm-1","title":"check","kind":"other"},"options":[{"optionId":"allow","name":"Allow once","kind":"allow_once"}]}}"#.into(),
+        );
+        let asked: Value = serde_json::from_str(&asked[0]).unwrap();
+        assert_eq!(
+            asked["params"],
+            json!({"sessionId": "s", "title": "check",
+                   "subject": {"type": "tool_call", "toolCall": {"toolCallId": "perm-1", "title": "check", "kind": "other"}},
+                   "options": [{"optionId": "allow", "name": "Allow once", "kind": "allow_once"}]})
+        );
     }
 
     #[test]
