@@ -3,18 +3,10 @@
 //! modules (`buzz_fork::modgraph`).
 //!
 //! The baseline (upstream's code, named in `patches.json`) is not ours to
-//! restructure and is left out. Cycles listed in [`KNOWN`] are reported to
-//! the crate's owner; any other cycle fails the test.
+//! restructure and is left out. Every other crate is ours: any cycle fails.
 
 use std::collections::BTreeSet;
 use std::path::Path;
-
-/// Cycles found when this test was written, in crates another change owns;
-/// delete an entry once its cycle is gone.
-const KNOWN: &[&str] = &[
-    "crates/buzz-session-store: format → store → format",
-    "crates/buzz-session-store: fsio → store → fsio",
-];
 
 #[test]
 fn no_library_crate_of_the_workspace_has_an_import_cycle() {
@@ -52,9 +44,5 @@ fn no_library_crate_of_the_workspace_has_an_import_cycle() {
             && checked.contains(&"crates/buzz-fork".to_owned()),
         "{checked:?}"
     );
-    let new: Vec<&String> = found
-        .iter()
-        .filter(|c| !KNOWN.contains(&c.as_str()))
-        .collect();
-    assert!(new.is_empty(), "import cycles: {new:#?}");
+    assert!(found.is_empty(), "import cycles: {found:#?}");
 }
