@@ -15,14 +15,19 @@ fn prompted(s: &Scenario, root: &buzz_acp::relay::Event) -> Option<()> {
     (!served_as(&wire(s), &root.id).is_empty()).then_some(())
 }
 
-/// With one worker busy on another thread, a follow-up waits for its resident's worker
-/// (a capacity wait) and then continues hot on the same session, instead of opening a cold one.
+/// Both workers hold a resident (threads A and C), so a new thread B takes A's worker; A's
+/// follow-up then waits for that worker (a capacity wait) and continues hot on its own session,
+/// although C's worker is idle: it neither forks onto the idle worker with a restore nor opens a
+/// cold session there. (Without residency the follow-up is placed on any idle worker, or, as
+/// upstream does, on another one after ten seconds: a second copy of A's session.)
 #[tokio::test(start_paused = true)]
 async fn a_follow_up_waits_for_its_busy_resident_worker_then_continues_hot() {
     let (_dir, mut s) = scenario();
-    let harness = start(&s, &[], &["--agents", "1", "--exit-after-inactivity", "60"]);
+    let harness = start(&s, &[], &["--agents", "2", "--exit-after-inactivity", "60"]);
     let a = s.post_top("thread A").unwrap();
     let ra = reply(&s, &a, WITHIN).await;
+    let c = s.post_top("thread C").unwrap();
+    reply(&s, &c, WITHIN).await;
     let b = s.post_top("thread B is slow !delay:30000").unwrap();
     wait_for(WITHIN, || prompted(&s, &b)).await.expect("B runs");
     let qa = s.post_reply(&a, &ra, "A again").unwrap();
@@ -33,7 +38,7 @@ async fn a_follow_up_waits_for_its_busy_resident_worker_then_continues_hot() {
     let frames = wire(&s);
     assert_eq!(served_as(&frames, &a.id), ["new", "continued"]);
     assert_eq!(count_method(&frames, "session/load"), 0);
-    assert_eq!(count_method(&frames, "session/new"), 2);
+    assert_eq!(count_method(&frames, "session/new"), 3, "A, C and B");
     assert_eq!(turns(&ra2), 2);
     assert!(ra2.created_at >= s.reply_to(&b.id).unwrap().created_at);
 }
