@@ -232,17 +232,7 @@ pub fn turns(reply: &Event) -> u32 {
 /// The nonces the test agent's session had seen when it wrote `reply` (`nonces=a-1234,b-5678`):
 /// what the model knew.
 pub fn reply_nonces(reply: &Event) -> Vec<String> {
-    reply
-        .content
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("nonces="))
-        .map(|list| {
-            list.split(',')
-                .filter(|n| *n != "-")
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+    acp_test_agent::reply::seen_nonces(&reply.content)
 }
 
 /// How each prompt of the thread rooted at `root_id` reached its session, read from the wire

@@ -239,6 +239,22 @@ pub fn echo_of(text: &str) -> String {
     last_prose_line(text).chars().take(ECHO_CHARS).collect()
 }
 
+/// The nonces an answer of [`reply_text`] says its session has seen (`nonces=a-1234,b-5678`;
+/// `-` for none): what the model knew. Empty when the text carries no such field.
+#[must_use]
+pub fn seen_nonces(answer: &str) -> Vec<String> {
+    answer
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("nonces="))
+        .map(|list| {
+            list.split(',')
+                .filter(|n| *n != "-")
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The reply for a session whose user turns (including the current one, last) are `turns`.
 ///
 /// `permission` is the outcome of a `!perm` round trip, appended as ` permission=<outcome>`.
@@ -274,6 +290,14 @@ pub fn split_halves(text: &str) -> (&str, &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_says_which_nonces_its_session_has_seen() {
+        let answer = reply_text(&["remember alpha-7301", "and b-1234?"], None);
+        assert_eq!(seen_nonces(&answer), ["alpha-7301", "b-1234"]);
+        assert!(seen_nonces(&reply_text(&["nothing here"], None)).is_empty());
+        assert!(seen_nonces("no such field").is_empty());
+    }
 
     fn fnv(bytes: &[u8]) -> u32 {
         let mut hasher = Fnv1a32::new();

@@ -90,7 +90,7 @@ fn main() -> Result<(), BenchError> {
             .last()
             .and_then(|follow_up| s.reply_to(&follow_up.id))
             .ok_or_else(|| BenchError(format!("{label}: the follow-up was not answered")))?;
-        let known = answer_nonces(&answer.content);
+        let known = acp_test_agent::reply::seen_nonces(&answer.content);
         for fact in &told {
             let verdict = if known.contains(fact) {
                 "kept: the agent that answered after the restart knows it"
@@ -101,19 +101,4 @@ fn main() -> Result<(), BenchError> {
         }
     }
     Ok(())
-}
-
-/// The nonces a test-agent answer says its session has seen (`nonces=a-1234,b-5678`; `-` for
-/// none).
-fn answer_nonces(answer: &str) -> Vec<String> {
-    answer
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("nonces="))
-        .map(|list| {
-            list.split(',')
-                .filter(|n| *n != "-")
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
 }
