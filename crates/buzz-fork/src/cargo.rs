@@ -7,10 +7,11 @@
 //! `INSTA_UPDATE=no` and `CI=true`, so snapshots are never written and a
 //! mismatch fails. Cargo's own output streams to our stderr.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::registry::TestRef;
@@ -65,6 +66,55 @@ impl TestRun {
             TestRun::CompileFailed => "failed to compile",
             TestRun::NotFound => "not found",
         }
+    }
+}
+
+/// A compiled test target, run without cargo: libtest's own executable,
+/// started in its package's directory as `cargo test` starts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestBinary {
+    /// The executable.
+    pub path: PathBuf,
+    /// The directory of the package's manifest.
+    pub package_dir: PathBuf,
+}
+
+/// The test executables one build produced, by (package, target); a
+/// package's unit tests are under the target `lib`.
+#[derive(Debug, Clone, Default)]
+pub struct TestBinaries {
+    by_target: BTreeMap<(String, String), TestBinary>,
+}
+
+impl TestBinaries {
+    /// The executable of `test`'s target; `None` when it did not compile
+    /// (or the package has no such target).
+    #[must_use]
+    pub fn get(&self, test: &TestRef) -> Option<&TestBinary> {
+        self.by_target
+            .get(&(test.package.clone(), test.target.clone()))
+    }
+}
+
+/// The key a test artifact is found under: its package and its target's
+/// name, `lib` for a library's unit tests.
+fn artifact_target(artifact: &cargo_metadata::Artifact) -> String {
+    use cargo_metadata::TargetKind;
+    let is_lib = artifact.target.kind.iter().any(|k| {
+        matches!(
+            k,
+            TargetKind::Lib
+                | TargetKind::RLib
+                | TargetKind::DyLib
+                | TargetKind::CDyLib
+                | TargetKind::StaticLib
+                | TargetKind::ProcMacro
+        )
+    });
+    if is_lib {
+        "lib".to_owned()
+    } else {
+        artifact.target.name.clone()
     }
 }
 
@@ -128,7 +178,14 @@ impl Cargo {
     }
 
     fn describe(cmd: &Command) -> String {
-        let mut s = String::from("cargo");
+        // Cargo (whatever path `CARGO` gives) reads as `cargo`; a test
+        // executable run directly by its path.
+        let program = Path::new(cmd.get_program());
+        let mut s = if program.file_stem().is_some_and(|n| n == "cargo") {
+            String::from("cargo")
+        } else {
+            program.display().to_string()
+        };
         for a in cmd.get_args() {
             s.push(' ');
             s.push_str(&a.to_string_lossy());
@@ -148,14 +205,135 @@ impl Cargo {
         Ok(status.success())
     }
 
-    /// `cargo check --workspace`.
+    /// `cargo build --workspace`: every library and binary of the tree (the
+    /// e2e tests find the binaries in `target/patched/`). One build, never a
+    /// `cargo check` before it: check output is not reused by a build.
     ///
     /// # Errors
     /// When cargo cannot be started.
-    pub fn check_workspace(&self) -> Result<bool> {
-        let mut cmd = self.command("check");
+    pub fn build_workspace(&self) -> Result<bool> {
+        let mut cmd = self.command("build");
         cmd.arg("--workspace");
         self.stream(cmd)
+    }
+
+    /// Compiles the test targets `selection` names in one invocation
+    /// (`cargo build --keep-going`, so every target that compiles is built
+    /// even when another does not) and returns their executables.
+    /// A target missing from the result did not compile.
+    ///
+    /// # Errors
+    /// When cargo cannot be started or its messages cannot be read.
+    pub fn build_test_binaries(&self, selection: &[String]) -> Result<(bool, TestBinaries)> {
+        let packages: BTreeMap<PathBuf, String> = self
+            .metadata()?
+            .workspace_packages()
+            .into_iter()
+            .map(|p| {
+                (
+                    p.manifest_path.clone().into_std_path_buf(),
+                    p.name.to_string(),
+                )
+            })
+            .collect();
+        let mut cmd = self.command("build");
+        cmd.args(selection)
+            .args(["--keep-going", "--message-format=json-render-diagnostics"]);
+        crate::ui::step(&Self::describe(&cmd));
+        cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let spawn_error = |source| Error::Spawn {
+            program: "cargo".into(),
+            source,
+        };
+        let mut child = cmd.spawn().map_err(spawn_error)?;
+        let mut binaries = TestBinaries::default();
+        if let Some(stdout) = child.stdout.take() {
+            let reader = std::io::BufReader::new(stdout);
+            for message in cargo_metadata::Message::parse_stream(reader) {
+                let cargo_metadata::Message::CompilerArtifact(artifact) =
+                    message.map_err(spawn_error)?
+                else {
+                    continue;
+                };
+                let (true, Some(exe)) = (artifact.profile.test, &artifact.executable) else {
+                    continue;
+                };
+                let manifest = artifact.manifest_path.clone().into_std_path_buf();
+                let Some(package) = packages.get(&manifest) else {
+                    continue;
+                };
+                let package_dir = manifest.parent().map(Path::to_path_buf).unwrap_or_default();
+                binaries.by_target.insert(
+                    (package.clone(), artifact_target(&artifact)),
+                    TestBinary {
+                        path: exe.clone().into_std_path_buf(),
+                        package_dir,
+                    },
+                );
+            }
+        }
+        let status = child.wait().map_err(spawn_error)?;
+        Ok((status.success(), binaries))
+    }
+
+    /// A test executable's command: the environment `cargo test` would give
+    /// it (the run's services, the package's directory, snapshots never
+    /// written), and no `CARGO`, so a test never starts a build of its own:
+    /// the tree's binaries are already built.
+    fn binary_command(&self, binary: &TestBinary) -> Command {
+        let mut cmd = Command::new(&binary.path);
+        for var in SCRUBBED_ENV.iter().chain(&self.removed_env) {
+            cmd.env_remove(var);
+        }
+        cmd.env_remove("CARGO");
+        for (var, value) in &self.env {
+            cmd.env(var, value);
+        }
+        cmd.env("CARGO_TARGET_DIR", &self.target_dir)
+            .env("CARGO_MANIFEST_DIR", &binary.package_dir)
+            .env("INSTA_UPDATE", "no")
+            .env("CI", "true")
+            .current_dir(&binary.package_dir)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs one named test of a compiled target directly, as
+    /// [`Cargo::run_test`] does through cargo: whether it exists, passed or
+    /// failed (with libtest's panic read from its output), and how long the
+    /// run took.
+    ///
+    /// # Errors
+    /// When the executable cannot be started.
+    pub fn run_test_binary(&self, binary: &TestBinary, name: &str) -> Result<(TestRun, Duration)> {
+        let spawn_error = |source| Error::Spawn {
+            program: binary.path.display().to_string(),
+            source,
+        };
+        let listed = self
+            .binary_command(binary)
+            .args(["--list", "--format", "terse", "--exact", name])
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(spawn_error)?;
+        let exists = String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .any(|l| l.strip_suffix(": test") == Some(name));
+        if !exists {
+            return Ok((TestRun::NotFound, Duration::ZERO));
+        }
+        let mut cmd = self.binary_command(binary);
+        cmd.args(["--exact", name]);
+        let started = Instant::now();
+        let (passed, output) = self.stream_captured(cmd)?;
+        let run = if passed {
+            TestRun::Passed
+        } else {
+            TestRun::Failed {
+                failure: crate::libtest::failure_of(&output, name),
+            }
+        };
+        Ok((run, started.elapsed()))
     }
 
     /// `cargo build --workspace --bins` (the e2e tests find the binaries in
@@ -290,6 +468,48 @@ impl Cargo {
             .collect())
     }
 
+    /// Workspace packages of this tree that build exactly as in the
+    /// workspace at `root`: the same relative path, and the same package,
+    /// version and resolved features for it and for everything it depends
+    /// on (normal, dev and build dependencies), none of it under `patched`
+    /// (the paths the series changes). Their tests are the root workspace's
+    /// tests, byte for byte.
+    ///
+    /// # Errors
+    /// [`Error::CargoMetadata`] when cargo fails for either workspace.
+    pub fn packages_built_as_in(
+        &self,
+        root: &Path,
+        patched: &[String],
+    ) -> Result<BTreeSet<String>> {
+        let tree = self.resolved_metadata(&self.manifest)?;
+        let root_meta = self.resolved_metadata(&root.join("Cargo.toml"))?;
+        let tree_closures = closures(&tree, patched);
+        let root_closures = closures(&root_meta, &[]);
+        Ok(tree_closures
+            .into_iter()
+            .filter_map(|(name, closure)| {
+                let closure = closure?;
+                (root_closures.get(&name) == Some(&Some(closure))).then_some(name)
+            })
+            .collect())
+    }
+
+    /// `cargo metadata` with the resolved dependency graph (features
+    /// unified over the whole workspace, as `--workspace` builds it).
+    fn resolved_metadata(&self, manifest: &Path) -> Result<cargo_metadata::Metadata> {
+        let mut cmd = cargo_metadata::MetadataCommand::new();
+        cmd.cargo_path(&self.program).manifest_path(manifest);
+        for var in SCRUBBED_ENV {
+            cmd.env_remove(*var);
+        }
+        cmd.other_options(vec!["--locked".to_owned(), "--offline".to_owned()]);
+        cmd.exec().map_err(|e| Error::CargoMetadata {
+            manifest: manifest.to_path_buf(),
+            detail: crate::error::first_line(&e.to_string()),
+        })
+    }
+
     /// `cargo metadata --no-deps` of the tree, through the `cargo_metadata`
     /// crate (which checks cargo's exit status and parses the JSON into types).
     fn metadata(&self) -> Result<cargo_metadata::Metadata> {
@@ -335,6 +555,84 @@ impl Cargo {
             .map(|p| p.name.to_string())
             .collect())
     }
+}
+
+/// One package as a build sees it: name, version, where it comes from (a
+/// registry, or a path relative to the workspace root) and its features.
+type BuildIdentity = (String, String, String, Vec<String>);
+
+/// For each workspace package of `meta`, the identities of it and of
+/// everything it depends on; `None` when any of them lies under one of
+/// `patched` (relative paths).
+fn closures(
+    meta: &cargo_metadata::Metadata,
+    patched: &[String],
+) -> BTreeMap<String, Option<BTreeSet<BuildIdentity>>> {
+    let root = meta.workspace_root.as_std_path();
+    let packages: BTreeMap<&cargo_metadata::PackageId, &cargo_metadata::Package> =
+        meta.packages.iter().map(|p| (&p.id, p)).collect();
+    let Some(resolve) = &meta.resolve else {
+        return BTreeMap::new();
+    };
+    let nodes: BTreeMap<&cargo_metadata::PackageId, &cargo_metadata::Node> =
+        resolve.nodes.iter().map(|n| (&n.id, n)).collect();
+    let identity = |id: &cargo_metadata::PackageId| -> Option<(BuildIdentity, bool)> {
+        let package = packages.get(id)?;
+        let node = nodes.get(id)?;
+        let (origin, is_patched) = match &package.source {
+            Some(source) => (source.repr.clone(), false),
+            None => {
+                let dir = package.manifest_path.as_std_path().parent().unwrap_or(root);
+                let relative = dir
+                    .strip_prefix(root)
+                    .unwrap_or(dir)
+                    .to_string_lossy()
+                    .into_owned();
+                let is_patched = patched
+                    .iter()
+                    .any(|p| relative == *p || relative.starts_with(&format!("{p}/")));
+                (format!("path:{relative}"), is_patched)
+            }
+        };
+        let mut features: Vec<String> = node.features.iter().map(ToString::to_string).collect();
+        features.sort();
+        Some((
+            (
+                package.name.to_string(),
+                package.version.to_string(),
+                origin,
+                features,
+            ),
+            is_patched,
+        ))
+    };
+    let mut out = BTreeMap::new();
+    for member in &meta.workspace_members {
+        let Some(package) = packages.get(member) else {
+            continue;
+        };
+        let mut seen: BTreeSet<&cargo_metadata::PackageId> = BTreeSet::new();
+        let mut stack = vec![member];
+        let mut closure = Some(BTreeSet::new());
+        while let Some(id) = stack.pop() {
+            if !seen.insert(id) {
+                continue;
+            }
+            match identity(id) {
+                Some((ident, false)) => {
+                    if let Some(c) = closure.as_mut() {
+                        c.insert(ident);
+                    }
+                }
+                _ => closure = None,
+            }
+            if let Some(node) = nodes.get(id) {
+                stack.extend(node.deps.iter().map(|d| &d.pkg));
+            }
+        }
+        out.insert(package.name.to_string(), closure);
+    }
+    out
 }
 
 /// Brings the lock file of the workspace at `root` in line with its

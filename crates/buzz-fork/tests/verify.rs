@@ -32,7 +32,7 @@ fn verify_with_mutation_on_a_tiny_series() {
     verify passed
     ");
     // The cargo commands stream to stderr, with the patched profile.
-    assert!(err.contains("==> cargo check --manifest-path"), "{err}");
+    assert!(err.contains("==> cargo build --manifest-path"), "{err}");
     assert!(err.contains("--profile patched"), "{err}");
     assert!(
         err.contains("-- --exact --skip second_ensure_opens_a_new_session"),

@@ -1,21 +1,29 @@
 //! `verify`: build and test the patched tree, patch by patch.
 //!
 //! 1. `apply` (work repo + patched tree).
-//! 2. Unless `--skip-prefix`, for each prefix 1..=n of the active series
-//!    (written to the tree directory in turn): `cargo check --workspace`, `cargo build
-//!    --workspace --bins`, then each of that patch's guard tests (`cargo test -p
-//!    <tests package> --test <target> -- --exact <fn>`, compiled first with
-//!    `--no-run` so a compile failure is told apart from a failure).
-//! 3. The whole tree: `cargo build --workspace --bins`, then the whole suite
-//!    with the applied patches' `fixes_defects` tests skipped per target
-//!    (`--exact --skip`), then each defect test alone, which must FAIL.
-//! 4. With `--mutation`, for each patch P: the series without P, without the
-//!    patches that depend on P and without those that no longer apply; each
-//!    of P's guards runs there and is judged by the rule of
+//! 2. The plan: the trees the run needs. Unless `--skip-prefix`, each prefix
+//!    1..=n of the active series (its patch's guards run there with the
+//!    patch); the whole tree (the last prefix: the suite and the defect
+//!    tests run there); with `--mutation`, for each patch P the series
+//!    without P, without the patches that depend on P and without those that
+//!    no longer apply (P's guards run there without it). Trees that coincide
+//!    (the series without a patch is often a prefix) are one tree: each
+//!    distinct tree is written and built once, the whole tree last.
+//! 3. Each tree: `cargo build --workspace`, then the tests package's test
+//!    targets compiled in one `cargo build --tests --keep-going` (a target
+//!    that does not compile is told apart from a test that fails), then each
+//!    guard run that needs the tree, by running the target's libtest
+//!    executable directly (`--exact <fn>`, one process per guard).
+//! 4. The whole tree: the whole suite with the applied patches'
+//!    `fixes_defects` tests skipped per target (`--exact --skip`), then each
+//!    defect test alone, which must FAIL.
+//! 5. With `--mutation`, each guard is judged by the rule of
 //!    [`crate::mutation`]: it must have passed with P (at P's prefix, or on
 //!    the whole tree with `--skip-prefix`) and now compile and fail by an
 //!    assertion. The evidence goes to `target/fork-work/mutation.json` and
 //!    `mutation.md` (and `--mutation-report FILE`).
+//!
+//! Every stage's wall time is printed at the end (stderr).
 //!
 //! The tests get the services the registry asks for (`workspace.services`,
 //! see [`crate::services`]); the caller provides them for the whole run.
@@ -29,8 +37,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use crate::cargo::{Cargo, TestRun, compare_locks};
+use crate::cargo::{Cargo, TestBinaries, TestRun, compare_locks};
 use crate::cli::VerifyArgs;
 use crate::cmd::apply::{Applied, Force, apply};
 use crate::context::{Context, Outcome};
@@ -132,21 +141,6 @@ fn guard_name(t: &TestRef) -> String {
     format!("{}::{}", t.target, t.name)
 }
 
-/// Runs each guard test of `entry` in the tree of `cargo` (one run per
-/// test, so each gets its own result; only the first run of a target
-/// compiles it).
-fn run_guards(
-    cargo: &Cargo,
-    registry: &Registry,
-    entry: &PatchEntry,
-) -> Result<Vec<(String, TestRun)>> {
-    let mut out = Vec::new();
-    for t in guard_refs(registry, entry) {
-        out.push((guard_name(&t), cargo.run_test(&t)?));
-    }
-    Ok(out)
-}
-
 fn summarize(results: &[(String, TestRun)]) -> String {
     if results.is_empty() {
         return "none".into();
@@ -179,20 +173,33 @@ fn lock_check(cargo: &Cargo, root: &Path, problems: &mut Vec<String>, what: &str
     }
 }
 
-/// The whole suite with defect tests skipped per target.
-fn whole_suite(cargo: &Cargo, defects: &[TestRef]) -> Result<bool> {
+/// The whole suite with defect tests skipped per target, and without the
+/// packages in `unchanged` (built exactly as in the root workspace, whose
+/// own `cargo test --workspace` runs their tests).
+fn whole_suite(cargo: &Cargo, defects: &[TestRef], unchanged: &BTreeSet<String>) -> Result<bool> {
+    let mut excluded: Vec<String> = Vec::new();
+    for p in unchanged {
+        excluded.push("--exclude".into());
+        excluded.push(p.clone());
+    }
     if defects.is_empty() {
-        return cargo.test(&["--workspace".into(), "--no-fail-fast".into()], &[]);
+        let mut sel = vec!["--workspace".to_owned(), "--no-fail-fast".to_owned()];
+        sel.extend(excluded);
+        return cargo.test(&sel, &[]);
     }
     let mut ok = true;
     let defect_packages: BTreeSet<String> = defects.iter().map(|d| d.package.clone()).collect();
     let all = cargo.workspace_packages()?;
-    if all.iter().any(|p| !defect_packages.contains(p)) {
+    if all
+        .iter()
+        .any(|p| !defect_packages.contains(p) && !unchanged.contains(p))
+    {
         let mut sel = vec!["--workspace".to_owned(), "--no-fail-fast".to_owned()];
         for p in &defect_packages {
             sel.push("--exclude".into());
             sel.push(p.clone());
         }
+        sel.extend(excluded);
         ok &= cargo.test(&sel, &[])?;
     }
     let grouped = by_target(defects);
@@ -310,6 +317,89 @@ enum WithPatch {
 /// Each patch's guard runs with the patch, and where they were taken.
 type WithPatchRuns = BTreeMap<String, (WithPatch, Vec<(String, TestRun)>)>;
 
+/// One distinct tree of the run, and everything that runs on it.
+///
+/// Prefix and mutant trees often coincide (the series without
+/// `resident-background-controllers` is the prefix before it), and the whole
+/// tree is the last prefix: each distinct tree, told apart by its git tree
+/// id, is written and built once, and every guard run that needs it runs
+/// while it is in place.
+#[derive(Debug, Clone)]
+struct TreeJob {
+    /// A commit of the work repo whose tree this is.
+    commit: Oid,
+    /// What the tree is, for the progress lines and the timings.
+    names: Vec<String>,
+    /// Patches (by index) whose prefix this tree is: their build result
+    /// and their guards' runs with the patch.
+    prefix_of: Vec<usize>,
+    /// Patches (by index) whose guards run here with their patch on the
+    /// whole tree (`--skip-prefix`).
+    whole_tree_runs: Vec<usize>,
+    /// Patches (by index) whose guards run here without their patch.
+    mutant_of: Vec<usize>,
+}
+
+impl TreeJob {
+    fn name(&self) -> String {
+        self.names.join(" = ")
+    }
+
+    fn runs_guards(&self) -> bool {
+        !(self.prefix_of.is_empty() && self.whole_tree_runs.is_empty() && self.mutant_of.is_empty())
+    }
+}
+
+/// A patch's mutant: what else left the series with it.
+#[derive(Debug, Clone, Default)]
+struct Mutant {
+    also_without: Vec<String>,
+}
+
+/// The trees a run builds, in the order it builds them: the whole tree
+/// last, so what runs after `verify` (the README's commands, the demo, the
+/// real-adapter tier) finds it built.
+#[derive(Debug, Default)]
+struct TreePlan {
+    jobs: Vec<TreeJob>,
+    /// The job of the whole tree.
+    tip: usize,
+    /// Per patch index, its mutant (with `--mutation`).
+    mutants: BTreeMap<usize, Mutant>,
+}
+
+impl TreePlan {
+    /// The job of `commit`'s tree, added (named `name`) when it is new.
+    fn job_for(&mut self, repo: &Repo<'_>, commit: &Oid, name: String) -> Result<usize> {
+        let tree = repo.read_commit(commit)?.tree;
+        for (i, job) in self.jobs.iter_mut().enumerate() {
+            if repo.read_commit(&job.commit)?.tree == tree {
+                if !job.names.contains(&name) {
+                    job.names.push(name);
+                }
+                return Ok(i);
+            }
+        }
+        self.jobs.push(TreeJob {
+            commit: commit.clone(),
+            names: vec![name],
+            prefix_of: Vec::new(),
+            whole_tree_runs: Vec::new(),
+            mutant_of: Vec::new(),
+        });
+        Ok(self.jobs.len() - 1)
+    }
+
+    /// Job indices in build order: every other tree first, the whole tree
+    /// last.
+    fn order(&self) -> Vec<usize> {
+        (0..self.jobs.len())
+            .filter(|&i| i != self.tip)
+            .chain(std::iter::once(self.tip))
+            .collect()
+    }
+}
+
 /// One verify run: what every stage reads, and the report they fill.
 struct Run<'a> {
     ctx: &'a Context,
@@ -321,6 +411,10 @@ struct Run<'a> {
     report: VerifyReport,
     /// Each guard's run with its patch, by patch id.
     with_patch: WithPatchRuns,
+    /// Each guard's run without its patch, by patch index.
+    without_patch: BTreeMap<usize, Vec<(String, TestRun)>>,
+    /// Wall time of each stage, in the order they ran.
+    timings: Timings,
 }
 
 impl Run<'_> {
@@ -344,71 +438,143 @@ impl Run<'_> {
         self.report.problems.push(text);
     }
 
-    /// Stage 2: each prefix builds and passes its patch's guards.
-    fn prefixes(&mut self) -> Result<()> {
-        for i in 0..self.active.len() {
-            let entry = self.active[i];
-            ui::step(&format!(
-                "prefix {}/{}: {}",
-                i + 1,
-                self.active.len(),
-                entry.id
-            ));
-            self.write_tree(self.applied.series.prefix_tip(i + 1))?;
-            let cargo = self.cargo(&self.applied.tree);
-            let checked = cargo.check_workspace()?;
-            lock_check(
-                &cargo,
-                &self.ctx.root,
-                &mut self.report.problems,
-                entry.id.as_str(),
-            );
-            let built = checked && cargo.build_bins()?;
+    /// Which trees the run needs and what runs on each.
+    fn plan(&self, args: &VerifyArgs) -> Result<TreePlan> {
+        let mut plan = TreePlan::default();
+        let n = self.active.len();
+        let series = &self.applied.series;
+        if !args.skip_prefix {
+            for (i, entry) in self.active.iter().enumerate() {
+                let name = format!("prefix {}/{n} ({})", i + 1, entry.id);
+                let job = plan.job_for(&self.repo, series.prefix_tip(i + 1), name)?;
+                plan.jobs[job].prefix_of.push(i);
+            }
+        }
+        plan.tip = plan.job_for(&self.repo, series.tip(), "whole tree".to_owned())?;
+        if args.mutation {
+            if args.skip_prefix {
+                plan.jobs[plan.tip].whole_tree_runs = (0..n).collect();
+            }
+            for (i, entry) in self.active.iter().enumerate() {
+                let excluded = dependents(&self.active, entry.id.as_str());
+                let (tip, dropped) = mutant_series(self.ctx, series, &self.active, &excluded)?;
+                let job = plan.job_for(&self.repo, &tip, format!("without {}", entry.id))?;
+                plan.jobs[job].mutant_of.push(i);
+                let mut also_without: Vec<String> = excluded
+                    .iter()
+                    .filter(|x| x.as_str() != entry.id.as_str())
+                    .cloned()
+                    .collect();
+                also_without.extend(dropped.iter().map(|d| format!("{d} (no longer applies)")));
+                plan.mutants.insert(i, Mutant { also_without });
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Runs each guard of patch `i` on a built tree (one process per guard,
+    /// so each gets its own result).
+    fn run_guards(
+        &mut self,
+        cargo: &Cargo,
+        binaries: &TestBinaries,
+        i: usize,
+        what: &str,
+    ) -> Result<Vec<(String, TestRun)>> {
+        let entry = self.active[i];
+        let started = Instant::now();
+        let mut out = Vec::new();
+        for t in guard_refs(self.registry, entry) {
+            let name = guard_name(&t);
+            let run = match binaries.get(&t) {
+                None => TestRun::CompileFailed,
+                Some(binary) => {
+                    let (run, took) = cargo.run_test_binary(binary, &t.name)?;
+                    ui::note(&format!(
+                        "guard {name} ({what} {}): {} in {:.1} s",
+                        entry.id,
+                        run.label(),
+                        took.as_secs_f64()
+                    ));
+                    run
+                }
+            };
+            out.push((name, run));
+        }
+        self.timings.push(
+            format!("guards {what} {} ({} runs)", entry.id, out.len()),
+            started.elapsed(),
+        );
+        Ok(out)
+    }
+
+    /// Writes, builds and runs one tree of the plan.
+    fn tree_job(&mut self, plan: &TreePlan, j: usize, step: usize) -> Result<Option<Cargo>> {
+        let job = &plan.jobs[j];
+        let label = job.name();
+        ui::step(&format!("tree {step}/{}: {label}", plan.jobs.len()));
+        self.write_tree(&job.commit)?;
+        let cargo = self.cargo(&self.applied.tree);
+        let started = Instant::now();
+        let built = cargo.build_workspace()?;
+        lock_check(&cargo, &self.ctx.root, &mut self.report.problems, &label);
+        let binaries = if job.runs_guards() {
+            let package = &self.registry.workspace.tests_package;
+            let selection = ["-p".to_owned(), package.clone(), "--tests".to_owned()];
+            cargo.build_test_binaries(&selection)?.1
+        } else {
+            TestBinaries::default()
+        };
+        self.timings
+            .push(format!("build {label}"), started.elapsed());
+        for &i in &job.prefix_of {
+            let id = self.active[i].id.to_string();
             if !built {
                 self.report.rows[i].prefix = "FAIL".into();
                 self.report.rows[i].guards = "not run".into();
-                self.problem(format!(
-                    "[{}] the tree up to this patch does not {}",
-                    entry.id,
-                    if checked {
-                        "build its binaries"
-                    } else {
-                        "pass cargo check"
-                    }
-                ));
+                self.problem(format!("[{id}] the tree up to this patch does not build"));
                 continue;
             }
             self.report.rows[i].prefix = "ok".into();
-            let results = run_guards(&cargo, self.registry, entry)?;
+            let results = self.run_guards(&cargo, &binaries, i, "with")?;
             self.report.rows[i].guards = summarize(&results);
             for (name, run) in &results {
                 if *run != TestRun::Passed {
+                    self.problem(format!("[{id}] guard {name} {} at its prefix", run.label()));
+                }
+            }
+            self.with_patch.insert(id, (WithPatch::Prefix, results));
+        }
+        for &i in &job.whole_tree_runs {
+            let id = self.active[i].id.to_string();
+            let results = self.run_guards(&cargo, &binaries, i, "with")?;
+            for (name, run) in &results {
+                if *run != TestRun::Passed {
                     self.problem(format!(
-                        "[{}] guard {name} {} at its prefix",
-                        entry.id,
+                        "[{id}] guard {name} {} on the whole patched tree",
                         run.label()
                     ));
                 }
             }
-            self.with_patch
-                .insert(entry.id.to_string(), (WithPatch::Prefix, results));
+            self.with_patch.insert(id, (WithPatch::WholeTree, results));
         }
-        Ok(())
+        for &i in &job.mutant_of {
+            let results = self.run_guards(&cargo, &binaries, i, "without")?;
+            self.without_patch.insert(i, results);
+        }
+        Ok((j == plan.tip).then_some(cargo).filter(|_| built))
     }
 
-    /// Stage 3: the whole tree builds, its suite passes, and each pinned
-    /// defect test fails on its own. Returns the whole tree's cargo.
-    fn whole_tree(&mut self) -> Result<Cargo> {
-        ui::step("whole patched tree");
-        self.write_tree(self.applied.series.tip())?;
-        let cargo = self.cargo(&self.applied.tree);
-        let built = cargo.build_bins()?;
-        lock_check(&cargo, &self.ctx.root, &mut self.report.problems, "tree");
-        if !built {
-            self.report.suite = "not run (binaries do not build)".into();
-            self.problem("[tree] the patched tree does not build its binaries".into());
-            return Ok(cargo);
-        }
+    /// The whole tree (built and in place): its suite passes, and each
+    /// pinned defect test fails on its own.
+    fn whole_tree(&mut self, cargo: Option<&Cargo>) -> Result<()> {
+        let Some(cargo) = cargo else {
+            self.report.suite = "not run (the tree does not build)".into();
+            self.problem("[tree] the patched tree does not build".into());
+            return Ok(());
+        };
+        ui::step("whole patched tree: its test suite");
+        let started = Instant::now();
         let defects: Vec<(String, TestRef)> = self
             .active
             .iter()
@@ -419,12 +585,43 @@ impl Run<'_> {
             })
             .collect();
         let refs: Vec<TestRef> = defects.iter().map(|(_, t)| t.clone()).collect();
-        let ok = whole_suite(&cargo, &refs)?;
-        self.report.suite = if ok { "passed".into() } else { "FAILED".into() };
+        let patched = tree::baseline_members(self.registry, &self.ctx.root);
+        // Without a reading of both workspaces (a root lock that is not up
+        // to date, say), every package is tested here.
+        let mut unchanged = cargo
+            .packages_built_as_in(&self.ctx.root, &patched)
+            .unwrap_or_else(|e| {
+                ui::warn(&format!(
+                    "every package of the tree is tested: cannot compare it with the root workspace: {e}"
+                ));
+                BTreeSet::new()
+            });
+        for t in &refs {
+            unchanged.remove(&t.package);
+        }
+        if !unchanged.is_empty() {
+            ui::note(&format!(
+                "built exactly as in the root workspace, so tested by its `cargo test --workspace` \
+                 and left out here: {}",
+                unchanged.iter().cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        let ok = whole_suite(cargo, &refs, &unchanged)?;
+        self.timings
+            .push("whole tree: test suite".to_owned(), started.elapsed());
+        self.report.suite = match (ok, unchanged.len()) {
+            (false, _) => "FAILED".into(),
+            (true, 0) => "passed".into(),
+            (true, n) => format!(
+                "passed ({n} package(s) built as in the root workspace left to its tests: {})",
+                unchanged.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        };
         if !ok {
             self.problem("[tree] the whole test suite of the patched tree fails".into());
         }
         // Defect tests alone: each must fail now that its fix is applied.
+        let started = Instant::now();
         let mut per_patch: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (id, t) in &defects {
             let name = format!("{}::{}::{}", t.package, t.target, t.name);
@@ -443,45 +640,62 @@ impl Run<'_> {
             };
             per_patch.entry(id.clone()).or_default().push(verdict);
         }
+        if !defects.is_empty() {
+            self.timings.push(
+                format!("whole tree: defect tests ({})", defects.len()),
+                started.elapsed(),
+            );
+        }
         for row in &mut self.report.rows {
             if let Some(v) = per_patch.get(&row.id) {
                 row.defects = v.join(", ");
             }
         }
-        Ok(cargo)
+        Ok(())
     }
 
-    /// Stage 4: the mutation check, its evidence written to the work area.
-    fn mutation(&mut self, whole_tree: &Cargo) -> Result<()> {
-        // Without the prefix stage, the guards' runs with their patches are
-        // taken on the whole tree, in the same environment.
-        for i in 0..self.active.len() {
-            let entry = self.active[i];
-            if self.with_patch.contains_key(entry.id.as_str()) {
-                continue;
+    /// The mutation check's verdicts from the runs taken, its evidence
+    /// written to the work area.
+    fn mutation(&mut self, plan: &TreePlan) -> Result<()> {
+        let registry = self.registry;
+        let mut evidence = MutationReport {
+            upstream: format!(
+                "{} {} (baseline tree `{}`)",
+                registry.upstream.crate_name, registry.upstream.version, registry.upstream.tree
+            ),
+            patches: Vec::new(),
+        };
+        for (i, entry) in self.active.iter().enumerate() {
+            let with: BTreeMap<&str, &TestRun> = self
+                .with_patch
+                .get(entry.id.as_str())
+                .map(|(_, runs)| runs.iter().map(|(n, r)| (n.as_str(), r)).collect())
+                .unwrap_or_default();
+            let mut guards = Vec::new();
+            for (name, without) in self.without_patch.get(&i).cloned().unwrap_or_default() {
+                let with_run = with
+                    .get(name.as_str())
+                    .copied()
+                    .cloned()
+                    .unwrap_or(TestRun::NotFound);
+                let verdict = mutation::judge(&with_run, &without, entry.api_guard_reason(&name));
+                guards.push(GuardEvidence {
+                    test: name,
+                    with_patch: with_run,
+                    without_patch: without,
+                    verdict,
+                });
             }
-            let results = run_guards(whole_tree, self.registry, entry)?;
-            for (name, run) in &results {
-                if *run != TestRun::Passed {
-                    self.problem(format!(
-                        "[{}] guard {name} {} on the whole patched tree",
-                        entry.id,
-                        run.label()
-                    ));
-                }
-            }
-            self.with_patch
-                .insert(entry.id.to_string(), (WithPatch::WholeTree, results));
+            evidence.patches.push(PatchEvidence {
+                id: entry.id.to_string(),
+                also_without: plan
+                    .mutants
+                    .get(&i)
+                    .map(|m| m.also_without.clone())
+                    .unwrap_or_default(),
+                guards,
+            });
         }
-        let cargo_for = |dir: &Path| self.cargo(dir);
-        let evidence = mutation_check(
-            self.ctx,
-            self.registry,
-            &self.applied.series,
-            &self.active,
-            &cargo_for,
-            &self.with_patch,
-        )?;
         for (row, patch) in self.report.rows.iter_mut().zip(&evidence.patches) {
             row.mutation = patch.cell();
         }
@@ -507,8 +721,37 @@ impl Run<'_> {
         fsutil::write_atomic(&md, evidence.to_markdown().as_bytes())?;
         self.report.mutation_files = Some((json, md));
         self.report.mutation = Some(evidence);
-        // Leave the full patched tree in place.
-        self.write_tree(self.applied.series.tip())
+        Ok(())
+    }
+}
+
+/// Wall time per stage of a run, printed at its end.
+#[derive(Debug, Default)]
+struct Timings {
+    stages: Vec<(String, Duration)>,
+}
+
+impl Timings {
+    fn push(&mut self, stage: String, took: Duration) {
+        self.stages.push((stage, took));
+    }
+
+    fn render(&self, total: Duration) -> String {
+        let mut t = Table::new(&["stage", "wall time"]);
+        for (stage, took) in &self.stages {
+            t.row(vec![stage.clone(), format_duration(*took)]);
+        }
+        t.row(vec!["total".to_owned(), format_duration(total)]);
+        t.render()
+    }
+}
+
+fn format_duration(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if secs < 60.0 {
+        format!("{secs:.1} s")
+    } else {
+        format!("{}:{:04.1}", (secs / 60.0).floor(), secs % 60.0)
     }
 }
 
@@ -548,81 +791,35 @@ pub fn verify(ctx: &Context, args: &VerifyArgs, services: &Services) -> Result<V
             ..VerifyReport::default()
         },
         with_patch: BTreeMap::new(),
+        without_patch: BTreeMap::new(),
+        timings: Timings::default(),
     };
-    if !args.skip_prefix {
-        run.prefixes()?;
-    }
-    let whole_tree = run.whole_tree()?;
-    if args.mutation {
-        run.mutation(&whole_tree)?;
-    }
-    Ok(run.report)
-}
-
-/// For each patch P: P's guards in the series without P (and without what
-/// depends on it or no longer applies), judged against their runs with P.
-fn mutation_check(
-    ctx: &Context,
-    registry: &Registry,
-    series: &Series,
-    active: &[&PatchEntry],
-    cargo_for: &dyn Fn(&Path) -> Cargo,
-    with_patch: &WithPatchRuns,
-) -> Result<MutationReport> {
-    let layout = &ctx.layout;
-    let repo = workarea::open_repo(&ctx.git, layout)?;
-    let dir = layout.tree();
-    let mut out = MutationReport {
-        upstream: format!(
-            "{} {} (baseline tree `{}`)",
-            registry.upstream.crate_name, registry.upstream.version, registry.upstream.tree
-        ),
-        patches: Vec::new(),
-    };
-    for (i, entry) in active.iter().enumerate() {
-        ui::step(&format!(
-            "mutation {}/{}: without {}",
-            i + 1,
-            active.len(),
-            entry.id
-        ));
-        let excluded = dependents(active, entry.id.as_str());
-        let (tip, dropped) = mutant_series(ctx, series, active, &excluded)?;
-        tree::write_tree(&repo, layout, registry, &tip, &dir)?;
-        let cargo = cargo_for(&dir);
-        let _bins_built = cargo.build_bins()?;
-        let mut also_without: Vec<String> = excluded
+    let started = Instant::now();
+    let plan = run.plan(args)?;
+    ui::note(&format!(
+        "{} distinct tree(s) to build: {}",
+        plan.jobs.len(),
+        plan.order()
             .iter()
-            .filter(|x| x.as_str() != entry.id.as_str())
-            .cloned()
-            .collect();
-        also_without.extend(dropped.iter().map(|d| format!("{d} (no longer applies)")));
-        let with: BTreeMap<&str, &TestRun> = with_patch
-            .get(entry.id.as_str())
-            .map(|(_, runs)| runs.iter().map(|(n, r)| (n.as_str(), r)).collect())
-            .unwrap_or_default();
-        let mut guards = Vec::new();
-        for (name, without) in run_guards(&cargo, registry, entry)? {
-            let with_run = with
-                .get(name.as_str())
-                .copied()
-                .cloned()
-                .unwrap_or(TestRun::NotFound);
-            let verdict = mutation::judge(&with_run, &without, entry.api_guard_reason(&name));
-            guards.push(GuardEvidence {
-                test: name,
-                with_patch: with_run,
-                without_patch: without,
-                verdict,
-            });
+            .map(|&j| plan.jobs[j].name())
+            .collect::<Vec<_>>()
+            .join("; ")
+    ));
+    let mut whole_tree = None;
+    for (step, j) in plan.order().into_iter().enumerate() {
+        if let Some(cargo) = run.tree_job(&plan, j, step + 1)? {
+            whole_tree = Some(cargo);
         }
-        out.patches.push(PatchEvidence {
-            id: entry.id.to_string(),
-            also_without,
-            guards,
-        });
     }
-    Ok(out)
+    run.whole_tree(whole_tree.as_ref())?;
+    if args.mutation {
+        run.mutation(&plan)?;
+    }
+    ui::note(&format!(
+        "\nverify: where the time went\n{}",
+        run.timings.render(started.elapsed())
+    ));
+    Ok(run.report)
 }
 
 /// `scripts/fork verify`: provides the services the registry asks for,
