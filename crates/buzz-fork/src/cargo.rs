@@ -503,7 +503,13 @@ impl Cargo {
         for var in SCRUBBED_ENV {
             cmd.env_remove(*var);
         }
-        cmd.other_options(vec!["--locked".to_owned(), "--offline".to_owned()]);
+        // The host's platform only: a resolve for every platform needs
+        // crates that were never fetched (offline) and never built here.
+        let mut options = vec!["--locked".to_owned(), "--offline".to_owned()];
+        if let Some(host) = host_triple(&self.program) {
+            options.extend(["--filter-platform".to_owned(), host]);
+        }
+        cmd.other_options(options);
         cmd.exec().map_err(|e| Error::CargoMetadata {
             manifest: manifest.to_path_buf(),
             detail: crate::error::first_line(&e.to_string()),
@@ -555,6 +561,22 @@ impl Cargo {
             .map(|p| p.name.to_string())
             .collect())
     }
+}
+
+/// The host's target triple, as the compiler next to `cargo` names it
+/// (`rustc -vV`).
+fn host_triple(cargo: &std::ffi::OsStr) -> Option<String> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| {
+        Path::new(cargo)
+            .parent()
+            .filter(|dir| dir.join("rustc").is_file())
+            .map_or_else(|| "rustc".into(), |dir| dir.join("rustc").into_os_string())
+    });
+    let out = Command::new(rustc).arg("-vV").output().ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .map(str::to_owned)
 }
 
 /// One package as a build sees it: name, version, where it comes from (a
