@@ -121,7 +121,7 @@ pub fn create_agent_cwd() -> Result<(), TierError> {
 }
 
 /// Where `scripts/install-adapters` put the adapters: `$BUZZ_ADAPTERS_DIR`, or `target/adapters`
-/// of this workspace.
+/// of this workspace (which that script points at its install in the cache outside the clone).
 #[must_use]
 pub fn install_dir() -> PathBuf {
     std::env::var_os("BUZZ_ADAPTERS_DIR").map_or_else(

@@ -328,6 +328,8 @@ type WithPatchRuns = BTreeMap<String, (WithPatch, Vec<(String, TestRun)>)>;
 struct TreeJob {
     /// A commit of the work repo whose tree this is.
     commit: Oid,
+    /// The commit's git tree: what tells two jobs apart.
+    tree: Oid,
     /// What the tree is, for the progress lines and the timings.
     names: Vec<String>,
     /// Patches (by index) whose prefix this tree is: their build result
@@ -372,16 +374,16 @@ impl TreePlan {
     /// The job of `commit`'s tree, added (named `name`) when it is new.
     fn job_for(&mut self, repo: &Repo<'_>, commit: &Oid, name: String) -> Result<usize> {
         let tree = repo.read_commit(commit)?.tree;
-        for (i, job) in self.jobs.iter_mut().enumerate() {
-            if repo.read_commit(&job.commit)?.tree == tree {
-                if !job.names.contains(&name) {
-                    job.names.push(name);
-                }
-                return Ok(i);
+        if let Some(i) = self.jobs.iter().position(|job| job.tree == tree) {
+            let job = &mut self.jobs[i];
+            if !job.names.contains(&name) {
+                job.names.push(name);
             }
+            return Ok(i);
         }
         self.jobs.push(TreeJob {
             commit: commit.clone(),
+            tree,
             names: vec![name],
             prefix_of: Vec::new(),
             whole_tree_runs: Vec::new(),
@@ -561,6 +563,9 @@ impl Run<'_> {
         for &i in &job.mutant_of {
             let results = self.run_guards(&cargo, &binaries, i, "without")?;
             self.without_patch.insert(i, results);
+        }
+        if j != plan.tip {
+            binaries.remove()?;
         }
         Ok((j == plan.tip).then_some(cargo).filter(|_| built))
     }
