@@ -116,6 +116,60 @@ impl TestBinaries {
     }
 }
 
+/// What `cargo build --workspace` of a tree gave: whether it built, and
+/// the binaries it placed in the profile's directory.
+#[derive(Debug, Clone)]
+pub struct WorkspaceBuild {
+    /// Whether every unit built.
+    pub built: bool,
+    /// The binaries' paths (`target/patched/buzz-acp`, …).
+    pub binaries: Vec<PathBuf>,
+}
+
+impl WorkspaceBuild {
+    /// Removes the copies cargo keeps of this build's binaries in the
+    /// profile's `deps/` (the file a binary in the profile's directory is a
+    /// hard link of). Each tree links its binaries with its own features, so
+    /// cargo names their copies apart (about 50 MB each) and keeps every
+    /// tree's; the binaries themselves stay until the next tree's build
+    /// replaces them. A copy that cannot be identified is left alone.
+    ///
+    /// # Errors
+    /// When a copy cannot be removed.
+    pub fn remove_kept_copies(&self) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        for binary in &self.binaries {
+            let (Some(dir), Some(stem)) =
+                (binary.parent(), binary.file_stem().and_then(|s| s.to_str()))
+            else {
+                continue;
+            };
+            let Ok(linked) = std::fs::metadata(binary) else {
+                continue;
+            };
+            let prefix = format!("{}-", stem.replace('-', "_"));
+            let deps = dir.join("deps");
+            let Ok(entries) = std::fs::read_dir(&deps) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if !name.to_string_lossy().starts_with(&prefix) {
+                    continue;
+                }
+                let path = entry.path();
+                let same_file = std::fs::metadata(&path)
+                    .is_ok_and(|m| m.ino() == linked.ino() && m.dev() == linked.dev());
+                if same_file {
+                    std::fs::remove_file(&path)
+                        .map_err(|e| Error::io("removing a binary's copy", &path, e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The key a test artifact is found under: its package and its target's
 /// name, `lib` for a library's unit tests.
 fn artifact_target(artifact: &cargo_metadata::Artifact) -> String {
@@ -230,11 +284,18 @@ impl Cargo {
     /// `cargo check` before it: check output is not reused by a build.
     ///
     /// # Errors
-    /// When cargo cannot be started.
-    pub fn build_workspace(&self) -> Result<bool> {
-        let mut cmd = self.command("build");
-        cmd.arg("--workspace");
-        self.stream(cmd)
+    /// When cargo cannot be started or its messages cannot be read.
+    pub fn build_workspace(&self) -> Result<WorkspaceBuild> {
+        let (built, artifacts) = self.build_reporting(&["--workspace".to_owned()])?;
+        let binaries = artifacts
+            .into_iter()
+            .filter(|a| !a.profile.test)
+            .filter_map(|a| {
+                a.executable
+                    .map(cargo_metadata::camino::Utf8PathBuf::into_std_path_buf)
+            })
+            .collect();
+        Ok(WorkspaceBuild { built, binaries })
     }
 
     /// Compiles the test targets `selection` names in one invocation
@@ -256,9 +317,40 @@ impl Cargo {
                 )
             })
             .collect();
+        let mut selection = selection.to_vec();
+        selection.push("--keep-going".to_owned());
+        let (built, artifacts) = self.build_reporting(&selection)?;
+        let mut binaries = TestBinaries::default();
+        for artifact in artifacts {
+            let (true, Some(exe)) = (artifact.profile.test, &artifact.executable) else {
+                continue;
+            };
+            let manifest = artifact.manifest_path.clone().into_std_path_buf();
+            let Some(package) = packages.get(&manifest) else {
+                continue;
+            };
+            let package_dir = manifest.parent().map(Path::to_path_buf).unwrap_or_default();
+            binaries.by_target.insert(
+                (package.clone(), artifact_target(&artifact)),
+                TestBinary {
+                    path: exe.clone().into_std_path_buf(),
+                    package_dir,
+                },
+            );
+        }
+        Ok((built, binaries))
+    }
+
+    /// `cargo build SELECTION` with cargo's JSON messages read (diagnostics
+    /// still rendered to our stderr): whether it succeeded, and the
+    /// artifacts it reported.
+    fn build_reporting(
+        &self,
+        selection: &[String],
+    ) -> Result<(bool, Vec<cargo_metadata::Artifact>)> {
         let mut cmd = self.command("build");
         cmd.args(selection)
-            .args(["--keep-going", "--message-format=json-render-diagnostics"]);
+            .arg("--message-format=json-render-diagnostics");
         crate::ui::step(&Self::describe(&cmd));
         cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
         let spawn_error = |source| Error::Spawn {
@@ -266,34 +358,19 @@ impl Cargo {
             source,
         };
         let mut child = cmd.spawn().map_err(spawn_error)?;
-        let mut binaries = TestBinaries::default();
+        let mut artifacts = Vec::new();
         if let Some(stdout) = child.stdout.take() {
             let reader = std::io::BufReader::new(stdout);
             for message in cargo_metadata::Message::parse_stream(reader) {
-                let cargo_metadata::Message::CompilerArtifact(artifact) =
+                if let cargo_metadata::Message::CompilerArtifact(artifact) =
                     message.map_err(spawn_error)?
-                else {
-                    continue;
-                };
-                let (true, Some(exe)) = (artifact.profile.test, &artifact.executable) else {
-                    continue;
-                };
-                let manifest = artifact.manifest_path.clone().into_std_path_buf();
-                let Some(package) = packages.get(&manifest) else {
-                    continue;
-                };
-                let package_dir = manifest.parent().map(Path::to_path_buf).unwrap_or_default();
-                binaries.by_target.insert(
-                    (package.clone(), artifact_target(&artifact)),
-                    TestBinary {
-                        path: exe.clone().into_std_path_buf(),
-                        package_dir,
-                    },
-                );
+                {
+                    artifacts.push(artifact);
+                }
             }
         }
         let status = child.wait().map_err(spawn_error)?;
-        Ok((status.success(), binaries))
+        Ok((status.success(), artifacts))
     }
 
     /// A test executable's command: the environment `cargo test` would give
@@ -354,17 +431,6 @@ impl Cargo {
             }
         };
         Ok((run, started.elapsed()))
-    }
-
-    /// `cargo build --workspace --bins` (the e2e tests find the binaries in
-    /// `target/patched/`).
-    ///
-    /// # Errors
-    /// When cargo cannot be started.
-    pub fn build_bins(&self) -> Result<bool> {
-        let mut cmd = self.command("build");
-        cmd.args(["--workspace", "--bins"]);
-        self.stream(cmd)
     }
 
     /// `cargo test` with extra selection arguments and libtest arguments.

@@ -518,7 +518,8 @@ impl Run<'_> {
         self.write_tree(&job.commit)?;
         let cargo = self.cargo(&self.applied.tree);
         let started = Instant::now();
-        let built = cargo.build_workspace()?;
+        let build = cargo.build_workspace()?;
+        let built = build.built;
         lock_check(&cargo, &self.ctx.root, &mut self.report.problems, &label);
         let binaries = if job.runs_guards() {
             let package = &self.registry.workspace.tests_package;
@@ -564,8 +565,11 @@ impl Run<'_> {
             let results = self.run_guards(&cargo, &binaries, i, "without")?;
             self.without_patch.insert(i, results);
         }
+        // Only the whole tree's artifacts are used after this (by the suite,
+        // the README's commands, the demo): the others' executables go.
         if j != plan.tip {
             binaries.remove()?;
+            build.remove_kept_copies()?;
         }
         Ok((j == plan.tip).then_some(cargo).filter(|_| built))
     }
