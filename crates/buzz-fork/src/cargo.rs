@@ -209,8 +209,11 @@ impl Cargo {
     pub fn new(tree: &Path, target_dir: &Path) -> Self {
         Cargo {
             program: std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()),
-            manifest: tree.join("Cargo.toml"),
-            target_dir: target_dir.to_path_buf(),
+            // Absolute, as cargo runs in the tree's directory.
+            manifest: std::path::absolute(tree.join("Cargo.toml"))
+                .unwrap_or_else(|_| tree.join("Cargo.toml")),
+            target_dir: std::path::absolute(target_dir)
+                .unwrap_or_else(|_| target_dir.to_path_buf()),
             env: Vec::new(),
             removed_env: Vec::new(),
         }
@@ -238,6 +241,13 @@ impl Cargo {
         }
         for (var, value) in &self.env {
             cmd.env(var, value);
+        }
+        // Cargo reads its configuration (`.cargo/config.toml`) from the
+        // directories above the one it runs in: from the tree's own, a tree
+        // under the repository builds with the repository's configuration
+        // wherever the tool was started.
+        if let Some(dir) = self.manifest.parent() {
+            cmd.current_dir(dir);
         }
         cmd.env("CARGO_TARGET_DIR", &self.target_dir)
             .env("INSTA_UPDATE", "no")
