@@ -280,9 +280,14 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         let resume = self.config.resume;
         let state = self.state(scope);
         if !matches!(state.receipt.freshness, Freshness::Reading { .. }) {
-            // A late answer to a read that already timed out: what it says is the newest word
-            // of the store, but the start it was for has been decided.
-            if let Ok(record) = result {
+            // A late answer to a read that already timed out, after the start it was for has
+            // been decided. The store answers a scope's read before the writes queued after it,
+            // so the answer may predate what the lifecycle did since (its own receipt writes, a
+            // session it abandoned): it fills a belief only where the lifecycle has none. A
+            // belief it keeps is read again before the next start that needs it.
+            if let (Ok(record), crate::receipt_view::Belief::Unknown) =
+                (result, &state.receipt.belief)
+            {
                 state.receipt.belief = crate::receipt_view::Belief::from(record);
             }
             return;
@@ -488,6 +493,45 @@ mod tests {
         // writes the turn decided since.
         life.read_done(&thread(), Ok(None));
         assert!(!forgotten_recorded(&life.take_outbox().records));
+    }
+
+    /// A read that timed out answers after the thread moved on to a new session: the answer
+    /// names the session the thread left, and must not bring it back when the next read cannot
+    /// be answered (a property-test case: the late answer replaced the belief, and a restore
+    /// reopened the abandoned session).
+    #[test]
+    fn a_late_answer_never_brings_back_a_session_the_thread_left() {
+        let mut life = answered_once();
+        life.read_receipt(&thread(), Moment(5));
+        life.read_done(&thread(), Err(std::time::Duration::from_secs(10)));
+        // The thread leaves s1 (an operator's forget), and its next turn answers from s2, whose
+        // receipt the lifecycle writes.
+        life.forgotten(&thread());
+        life.take_outbox();
+        if cfg!(feature = "residency") {
+            life.released(&thread(), "s1");
+        }
+        let (plan, session) = start(&mut life, None, "s2");
+        assert_eq!(plan.hot_session(), None);
+        answered(&mut life, &session);
+        life.settled(&thread(), None, Moment(6));
+        life.take_outbox();
+        // The timed-out read answers now, with what the store held before.
+        life.read_done(&thread(), Ok(Some(SessionRecord::new("s1"))));
+        // The next start cannot read the store: it decides from what the lifecycle believes.
+        life.read_receipt(&thread(), Moment(7));
+        life.read_done(&thread(), Err(std::time::Duration::from_secs(10)));
+        let (plan, _) = start(&mut life, None, "s3");
+        let reopened = match &plan.reach {
+            Reach::Warm { record, .. } => Some(record.session_id.clone()),
+            Reach::Hot { session_id } => Some(session_id.clone()),
+            Reach::Cold { .. } => None,
+        };
+        assert_ne!(
+            reopened.as_deref(),
+            Some("s1"),
+            "the thread's abandoned session came back: {plan:?}"
+        );
     }
 
     #[test]
