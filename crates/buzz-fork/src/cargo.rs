@@ -408,11 +408,13 @@ impl Cargo {
     /// Runs one named test of a compiled target directly, as
     /// [`Cargo::run_test`] does through cargo: whether it exists, passed or
     /// failed (with libtest's panic read from its output), and how long the
-    /// run took.
+    /// run took. Its output is printed to our stderr in one piece when it
+    /// ends, so runs side by side never interleave their lines.
     ///
     /// # Errors
     /// When the executable cannot be started.
     pub fn run_test_binary(&self, binary: &TestBinary, name: &str) -> Result<(TestRun, Duration)> {
+        use std::io::Write;
         let spawn_error = |source| Error::Spawn {
             program: binary.path.display().to_string(),
             source,
@@ -432,15 +434,23 @@ impl Cargo {
         let mut cmd = self.binary_command(binary);
         cmd.args(["--exact", name]);
         let started = Instant::now();
-        let (passed, output) = self.stream_captured(cmd)?;
-        let run = if passed {
+        let output = cmd.output().map_err(spawn_error)?;
+        let took = started.elapsed();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let run = if output.status.success() {
             TestRun::Passed
         } else {
             TestRun::Failed {
-                failure: crate::libtest::failure_of(&output, name),
+                failure: crate::libtest::failure_of(&stdout, name),
             }
         };
-        Ok((run, started.elapsed()))
+        let block = format!(
+            "==> {}\n{stdout}{}",
+            Self::describe(&cmd),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let _ = std::io::stderr().lock().write_all(block.as_bytes());
+        Ok((run, took))
     }
 
     /// `cargo test` with extra selection arguments and libtest arguments.

@@ -364,6 +364,7 @@ fn verify_candidate(
             mutation: true,
             skip_prefix: false,
             mutation_report: None,
+            guard_jobs: None,
         },
         services,
     )?;

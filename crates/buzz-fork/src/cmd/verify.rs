@@ -13,7 +13,8 @@
 //!    targets compiled in one `cargo build --tests --keep-going` (a target
 //!    that does not compile is told apart from a test that fails), then each
 //!    guard run that needs the tree, by running the target's libtest
-//!    executable directly (`--exact <fn>`, one process per guard).
+//!    executable directly (`--exact <fn>`, one process per guard,
+//!    `--guard-jobs` of them at a time: the machine's cores by default).
 //! 4. The whole tree: the whole suite with the applied patches'
 //!    `fixes_defects` tests skipped per target (`--exact --skip`), then each
 //!    defect test alone, which must FAIL.
@@ -317,6 +318,76 @@ enum WithPatch {
 /// Each patch's guard runs with the patch, and where they were taken.
 type WithPatchRuns = BTreeMap<String, (WithPatch, Vec<(String, TestRun)>)>;
 
+/// Whether a guard run has its patch (and where that run counts) or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// With its patch.
+    With(WithPatch),
+    /// Without it (the mutation check).
+    Without,
+}
+
+/// Runs `guards` (patch index, role, test) on a built tree, `jobs` at a time,
+/// each in a process of its own; the results in the order of `guards`. Most
+/// of a guard run is waiting on the harness it drives (a guard without its
+/// patch often waits out its bound for what the unpatched harness never
+/// does), so runs side by side overlap their waiting.
+fn run_guards(
+    cargo: &Cargo,
+    binaries: &TestBinaries,
+    guards: &[(usize, Role, TestRef)],
+    jobs: usize,
+    active: &[&PatchEntry],
+) -> Result<Vec<TestRun>> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<TestRun>>>> =
+        Mutex::new((0..guards.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.clamp(1, guards.len().max(1)) {
+            scope.spawn(|| {
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((i, role, test)) = guards.get(k) else {
+                        break;
+                    };
+                    let outcome = match binaries.get(test) {
+                        None => Ok(TestRun::CompileFailed),
+                        Some(binary) => {
+                            cargo
+                                .run_test_binary(binary, &test.name)
+                                .map(|(run, took)| {
+                                    let with = match role {
+                                        Role::With(_) => "with",
+                                        Role::Without => "without",
+                                    };
+                                    ui::note(&format!(
+                                        "guard {} ({with} {}): {} in {:.1} s",
+                                        guard_name(test),
+                                        active[*i].id,
+                                        run.label(),
+                                        took.as_secs_f64()
+                                    ));
+                                    run
+                                })
+                        }
+                    };
+                    results
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)[k] = Some(outcome);
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .into_iter()
+        .map(|r| r.unwrap_or(Ok(TestRun::NotFound)))
+        .collect()
+}
+
 /// One distinct tree of the run, and everything that runs on it.
 ///
 /// Prefix and mutant trees often coincide (the series without
@@ -417,6 +488,8 @@ struct Run<'a> {
     without_patch: BTreeMap<usize, Vec<(String, TestRun)>>,
     /// Wall time of each stage, in the order they ran.
     timings: Timings,
+    /// Guard runs at a time.
+    guard_jobs: usize,
 }
 
 impl Run<'_> {
@@ -474,42 +547,6 @@ impl Run<'_> {
         Ok(plan)
     }
 
-    /// Runs each guard of patch `i` on a built tree (one process per guard,
-    /// so each gets its own result).
-    fn run_guards(
-        &mut self,
-        cargo: &Cargo,
-        binaries: &TestBinaries,
-        i: usize,
-        what: &str,
-    ) -> Result<Vec<(String, TestRun)>> {
-        let entry = self.active[i];
-        let started = Instant::now();
-        let mut out = Vec::new();
-        for t in guard_refs(self.registry, entry) {
-            let name = guard_name(&t);
-            let run = match binaries.get(&t) {
-                None => TestRun::CompileFailed,
-                Some(binary) => {
-                    let (run, took) = cargo.run_test_binary(binary, &t.name)?;
-                    ui::note(&format!(
-                        "guard {name} ({what} {}): {} in {:.1} s",
-                        entry.id,
-                        run.label(),
-                        took.as_secs_f64()
-                    ));
-                    run
-                }
-            };
-            out.push((name, run));
-        }
-        self.timings.push(
-            format!("guards {what} {} ({} runs)", entry.id, out.len()),
-            started.elapsed(),
-        );
-        Ok(out)
-    }
-
     /// Writes, builds and runs one tree of the plan.
     fn tree_job(&mut self, plan: &TreePlan, j: usize, step: usize) -> Result<Option<Cargo>> {
         let job = &plan.jobs[j];
@@ -530,40 +567,73 @@ impl Run<'_> {
         };
         self.timings
             .push(format!("build {label}"), started.elapsed());
+        // Every guard run this tree serves, run `guard_jobs` at a time.
+        let mut runs: Vec<(usize, Role)> = Vec::new();
         for &i in &job.prefix_of {
             let id = self.active[i].id.to_string();
-            if !built {
+            if built {
+                self.report.rows[i].prefix = "ok".into();
+                runs.push((i, Role::With(WithPatch::Prefix)));
+            } else {
                 self.report.rows[i].prefix = "FAIL".into();
                 self.report.rows[i].guards = "not run".into();
                 self.problem(format!("[{id}] the tree up to this patch does not build"));
-                continue;
             }
-            self.report.rows[i].prefix = "ok".into();
-            let results = self.run_guards(&cargo, &binaries, i, "with")?;
-            self.report.rows[i].guards = summarize(&results);
-            for (name, run) in &results {
-                if *run != TestRun::Passed {
-                    self.problem(format!("[{id}] guard {name} {} at its prefix", run.label()));
-                }
-            }
-            self.with_patch.insert(id, (WithPatch::Prefix, results));
         }
-        for &i in &job.whole_tree_runs {
+        runs.extend(
+            job.whole_tree_runs
+                .iter()
+                .map(|&i| (i, Role::With(WithPatch::WholeTree))),
+        );
+        runs.extend(job.mutant_of.iter().map(|&i| (i, Role::Without)));
+        let guards: Vec<(usize, Role, TestRef)> = runs
+            .iter()
+            .flat_map(|&(i, role)| {
+                guard_refs(self.registry, self.active[i])
+                    .into_iter()
+                    .map(move |t| (i, role, t))
+            })
+            .collect();
+        let started = Instant::now();
+        let results = run_guards(&cargo, &binaries, &guards, self.guard_jobs, &self.active)?;
+        if !guards.is_empty() {
+            self.timings.push(
+                format!(
+                    "guards on {label} ({} runs, {} at a time)",
+                    guards.len(),
+                    self.guard_jobs
+                ),
+                started.elapsed(),
+            );
+        }
+        for (i, role) in runs {
             let id = self.active[i].id.to_string();
-            let results = self.run_guards(&cargo, &binaries, i, "with")?;
-            for (name, run) in &results {
-                if *run != TestRun::Passed {
-                    self.problem(format!(
-                        "[{id}] guard {name} {} on the whole patched tree",
-                        run.label()
-                    ));
+            let mine: Vec<(String, TestRun)> = guards
+                .iter()
+                .zip(&results)
+                .filter(|((p, r, _), _)| *p == i && *r == role)
+                .map(|((_, _, t), run)| (guard_name(t), run.clone()))
+                .collect();
+            match role {
+                Role::With(source) => {
+                    if source == WithPatch::Prefix {
+                        self.report.rows[i].guards = summarize(&mine);
+                    }
+                    for (name, run) in &mine {
+                        if *run != TestRun::Passed {
+                            let place = match source {
+                                WithPatch::Prefix => "at its prefix",
+                                WithPatch::WholeTree => "on the whole patched tree",
+                            };
+                            self.problem(format!("[{id}] guard {name} {} {place}", run.label()));
+                        }
+                    }
+                    self.with_patch.insert(id, (source, mine));
+                }
+                Role::Without => {
+                    self.without_patch.insert(i, mine);
                 }
             }
-            self.with_patch.insert(id, (WithPatch::WholeTree, results));
-        }
-        for &i in &job.mutant_of {
-            let results = self.run_guards(&cargo, &binaries, i, "without")?;
-            self.without_patch.insert(i, results);
         }
         // Only the whole tree's artifacts are used after this (by the suite,
         // the README's commands, the demo): the others' executables go.
@@ -802,6 +872,10 @@ pub fn verify(ctx: &Context, args: &VerifyArgs, services: &Services) -> Result<V
         with_patch: BTreeMap::new(),
         without_patch: BTreeMap::new(),
         timings: Timings::default(),
+        guard_jobs: args.guard_jobs.map_or_else(
+            || std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            usize::from,
+        ),
     };
     let started = Instant::now();
     let plan = run.plan(args)?;
