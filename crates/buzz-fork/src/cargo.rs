@@ -116,6 +116,14 @@ impl TestBinaries {
     }
 }
 
+/// An I/O error talking to a cargo child process.
+fn cargo_io_error(source: std::io::Error) -> Error {
+    Error::Spawn {
+        program: "cargo".into(),
+        source,
+    }
+}
+
 /// What `cargo build --workspace` of a tree gave: whether it built, and
 /// the binaries it placed in the profile's directory.
 #[derive(Debug, Clone)]
@@ -361,25 +369,19 @@ impl Cargo {
         let mut cmd = self.command("build");
         cmd.args(selection)
             .arg("--message-format=json-render-diagnostics");
-        crate::ui::step(&Self::describe(&cmd));
-        cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
-        let spawn_error = |source| Error::Spawn {
-            program: "cargo".into(),
-            source,
-        };
-        let mut child = cmd.spawn().map_err(spawn_error)?;
+        let mut child = Self::spawn_piped(cmd)?;
         let mut artifacts = Vec::new();
         if let Some(stdout) = child.stdout.take() {
             let reader = std::io::BufReader::new(stdout);
             for message in cargo_metadata::Message::parse_stream(reader) {
                 if let cargo_metadata::Message::CompilerArtifact(artifact) =
-                    message.map_err(spawn_error)?
+                    message.map_err(cargo_io_error)?
                 {
                     artifacts.push(artifact);
                 }
             }
         }
-        let status = child.wait().map_err(spawn_error)?;
+        let status = child.wait().map_err(cargo_io_error)?;
         Ok((status.success(), artifacts))
     }
 
@@ -525,29 +527,31 @@ impl Cargo {
         })
     }
 
-    /// Runs with stdout captured (and echoed to our stderr line by line)
-    /// and stderr streamed; whether it succeeded, and the stdout.
-    fn stream_captured(&self, mut cmd: Command) -> Result<(bool, String)> {
-        use std::io::{BufRead, Write};
+    /// Starts `cmd`, printed as a step, with its stdout piped to us and its
+    /// stderr streamed to ours.
+    fn spawn_piped(mut cmd: Command) -> Result<std::process::Child> {
         crate::ui::step(&Self::describe(&cmd));
         cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
-        let spawn_error = |source| Error::Spawn {
-            program: "cargo".into(),
-            source,
-        };
-        let mut child = cmd.spawn().map_err(spawn_error)?;
+        cmd.spawn().map_err(cargo_io_error)
+    }
+
+    /// Runs with stdout captured (and echoed to our stderr line by line)
+    /// and stderr streamed; whether it succeeded, and the stdout.
+    fn stream_captured(&self, cmd: Command) -> Result<(bool, String)> {
+        use std::io::{BufRead, Write};
+        let mut child = Self::spawn_piped(cmd)?;
         let mut captured = String::new();
         if let Some(stdout) = child.stdout.take() {
             let mut err = std::io::stderr();
             for line in std::io::BufReader::new(stdout).split(b'\n') {
-                let line = line.map_err(spawn_error)?;
+                let line = line.map_err(cargo_io_error)?;
                 let text = String::from_utf8_lossy(&line);
                 let _ = writeln!(err, "{text}");
                 captured.push_str(&text);
                 captured.push('\n');
             }
         }
-        let status = child.wait().map_err(spawn_error)?;
+        let status = child.wait().map_err(cargo_io_error)?;
         Ok((status.success(), captured))
     }
 
