@@ -154,8 +154,11 @@ fn after_a_restart(
     assert!(!store.sessions(s).iter().any(|id| id == old));
 }
 
-/// A thread whose session is live (resident, or held by an idle worker) is forgotten: its next
-/// message is answered by a new session.
+/// A thread whose session is live (resident, or held by an idle worker) is forgotten. The harness
+/// never waits for the store before it continues a live session: the next message is answered by
+/// that session while its receipt is checked beside the turn; the check finds the receipt gone,
+/// so the session is released after that turn and never written back, and the thread's
+/// following message is answered by a new session that asks for a fresh conversation.
 fn forget_a_live_session(store: &Store) {
     let (_dir, mut s) = scenario();
     let running = start_env(&s, &[], &[], &store.harness_env());
@@ -167,22 +170,42 @@ fn forget_a_live_session(store: &Store) {
     let r2 = s
         .wait_for_reply(&q.id, WAIT)
         .expect("answered after the forget");
-    assert_eq!(turns(&r2), 1, "a new session answered");
-    assert!(!store.sessions(&s).contains(&old));
+    assert_eq!(
+        turns(&r2),
+        2,
+        "the turn beside the check continued the live session"
+    );
+    wait_until(WAIT, || {
+        (!s.observer_records("receipt_forgotten").is_empty()).then_some(())
+    })
+    .expect("the check beside the turn saw the forget");
+    let q2 = s.post_reply(&root, &r2, "and now?").unwrap();
+    let r3 = s
+        .wait_for_reply(&q2.id, WAIT)
+        .expect("answered after the check");
+    assert_eq!(turns(&r3), 1, "a new session answered");
+    assert!(
+        !store.sessions(&s).contains(&old),
+        "the turn beside the check did not bring the receipt back"
+    );
     running.stop().unwrap();
 
     let frames = wire(&s);
-    assert_eq!(served_as(&frames, &root.id), ["new", "new"]);
+    assert_eq!(served_as(&frames, &root.id), ["new", "continued", "new"]);
     let news = requests_of(&frames, "session/new");
     assert_eq!(news.len(), 2);
     assert_eq!(
         news[1].params["_meta"]["freshSession"], true,
         "the new session asks for a fresh conversation"
     );
-    assert_eq!(prompts_to(&frames, &old), 1, "no prompt after the forget");
+    assert_eq!(
+        prompts_to(&frames, &old),
+        2,
+        "no prompt after the turn that saw the forget"
+    );
     let new = prompt_texts(&frames).last().expect("prompts").0.clone();
     assert_ne!(new, old);
-    after_a_restart(&mut s, store, &root, &r2, &old, &new);
+    after_a_restart(&mut s, store, &root, &r3, &old, &new);
 }
 
 /// The thread is forgotten while its turn runs: the turn answers from its session, its settle
@@ -202,7 +225,13 @@ fn forget_during_a_turn(store: &Store) {
         .wait_for_reply(&q.id, WAIT)
         .expect("the running turn answers");
     assert_eq!(turns(&r2), 2, "from the session it ran on");
-    // The next turn starts only once the running one has settled and its writes were answered.
+    // The store refuses the turn's commit (the receipt was forgotten after the turn was
+    // decided); a live session is continued without waiting for the store, so the next message
+    // is posted once the harness has taken that refusal in.
+    wait_until(WAIT, || {
+        (!s.observer_records("receipt_forgotten").is_empty()).then_some(())
+    })
+    .expect("the refused commit told the harness of the forget");
     let q3 = s.post_reply(&root, &r2, "and now?").unwrap();
     let r3 = s
         .wait_for_reply(&q3.id, WAIT)
@@ -227,12 +256,12 @@ fn forget_during_a_turn(store: &Store) {
 }
 
 #[test]
-fn a_forgotten_live_session_is_replaced_at_the_next_message_on_sqlite() {
+fn a_forgotten_live_session_is_replaced_after_the_turn_that_saw_the_forget_on_sqlite() {
     forget_a_live_session(&Store::Sqlite);
 }
 
 #[test]
-fn a_forgotten_live_session_is_replaced_at_the_next_message_on_postgres() {
+fn a_forgotten_live_session_is_replaced_after_the_turn_that_saw_the_forget_on_postgres() {
     let Some(store) = Store::postgres() else {
         return;
     };
@@ -252,8 +281,8 @@ fn a_forget_during_a_turn_is_not_undone_by_its_settle_on_postgres() {
     forget_during_a_turn(&store);
 }
 
-/// With an agent that advertises `session/close`, the forgotten resident is closed exactly once,
-/// before the thread's new session is opened.
+/// With an agent that advertises `session/close`, the forgotten resident is closed exactly once
+/// (after the turn that saw the forget), before the thread's new session is opened.
 #[test]
 fn a_forgotten_resident_is_closed_once_before_the_new_session() {
     let store = Store::Sqlite;
@@ -262,8 +291,16 @@ fn a_forgotten_resident_is_closed_once_before_the_new_session() {
     let (root, r1, old) = answered_thread(&mut s, &store);
     store.forget(&s, &old);
     let q = s.post_reply(&root, &r1, "again").unwrap();
-    s.wait_for_reply(&q.id, WAIT)
+    let r2 = s
+        .wait_for_reply(&q.id, WAIT)
         .expect("answered after the forget");
+    wait_until(WAIT, || {
+        (!s.observer_records("receipt_forgotten").is_empty()).then_some(())
+    })
+    .expect("the check beside the turn saw the forget");
+    let q2 = s.post_reply(&root, &r2, "and now?").unwrap();
+    s.wait_for_reply(&q2.id, WAIT)
+        .expect("answered by the new session");
     running.stop().unwrap();
 
     let frames = wire(&s);

@@ -94,7 +94,7 @@ fn wait_for_store_down(s: &Scenario) {
 
 /// A long-running harness on a private PostgreSQL store answers thread A; then the database is
 /// frozen (it accepts connections and never answers). A's follow-up continues hot on the live
-/// session, and a new thread B is answered from a new session, both while the database is still
+/// session at once (its receipt is checked beside the turn, not before it), and a new thread B is answered from a new session, both while the database is still
 /// frozen. The outage lasts until the harness has seen B's receipt write fail (and recorded the
 /// store as down), and A's next follow-up is answered hot then too. Once the database thaws, B's
 /// receipt reaches the store by the replay, A's still names A's session, and the harness recorded
@@ -119,6 +119,14 @@ fn hot_follow_ups_and_new_threads_are_answered_while_the_database_is_frozen() {
     let rq = wait_answer(&s, &q);
     assert_eq!(turns(&rq), 2, "continued on A's live session");
     assert!(rq.content.contains("alpha-7301"), "{}", rq.content);
+    // The first follow-up after the freeze did not wait for the store: the check of A's receipt
+    // runs beside the turn and meets its 10 s deadline only after the answer is out, so nothing
+    // has recorded A's receipt as unreadable yet (a check before the turn would have, first).
+    assert_eq!(
+        s.observer_records("receipt_unreadable"),
+        Vec::<serde_json::Value>::new(),
+        "the answer did not wait for a read of the frozen store"
+    );
     assert_eq!(
         session_setups(&wire(&s)[before..]),
         0,

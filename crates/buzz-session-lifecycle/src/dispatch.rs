@@ -8,7 +8,7 @@
 use crate::driver::Driver;
 use crate::gate::AgentCaps;
 use crate::placement::{Placed, Ready, SlotView, StoreHealth, Target};
-use crate::reach::Plan;
+use crate::reach::{Plan, ReachKind};
 use crate::scope::{Input, Scope};
 
 /// What a claim of a worker for a scope gave.
@@ -107,54 +107,65 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         let mut spawning = workers.spawning();
         let mut waiting = 0;
         for placed in placed {
-            match placed {
-                Placed::Read(scope) | Placed::Check(scope) => {
-                    self.lifecycle.read_receipt(&scope, now)
+            let (scope, target, check) = match placed {
+                Placed::Read(scope) => {
+                    self.lifecycle.read_receipt(&scope, now);
+                    continue;
                 }
                 #[cfg(feature = "residency")]
                 Placed::WaitForResident(scope, slot) => {
-                    self.lifecycle.waiting_for_resident(&scope, slot)
+                    self.lifecycle.waiting_for_resident(&scope, slot);
+                    continue;
                 }
                 #[cfg(feature = "residency")]
-                Placed::Dispose(scope, reason) => self.lifecycle.dispose_resident(&scope, reason),
-                Placed::Run(scope, target) => match workers.claim(target, &scope) {
-                    Claimed::Worker(worker) => {
-                        let live = workers.live(&worker, &scope);
-                        if live.is_none() && self.lifecycle.needs_read(&scope) {
-                            // Placed without a read because an idle worker held the scope's
-                            // live session, but the pool handed out another worker: the turn
-                            // cannot continue the session, so the receipt is read first.
-                            workers.give_back(worker);
-                            self.lifecycle.read_receipt(&scope, now);
-                            continue;
-                        }
-                        let Some(batch) = inbox.take(&scope) else {
-                            workers.give_back(worker);
-                            continue;
-                        };
-                        let slot = workers.slot(&worker);
-                        let caps = workers.caps(&worker);
-                        let inputs = Q::inputs(&batch);
-                        let mut plan = self.lifecycle.start(&scope, slot, inputs, live, caps, now);
-                        plan.report = self.mailbox().reporter(&scope);
-                        steps.push(Step::Turn {
-                            worker,
-                            batch,
-                            plan,
-                        });
+                Placed::Dispose(scope, reason) => {
+                    self.lifecycle.dispose_resident(&scope, reason);
+                    continue;
+                }
+                Placed::Run(scope, target) => (scope, target, false),
+                Placed::RunChecked(scope, target) => (scope, target, true),
+            };
+            match workers.claim(target, &scope) {
+                Claimed::Worker(worker) => {
+                    let live = workers.live(&worker, &scope);
+                    if live.is_none() && self.lifecycle.needs_read(&scope) {
+                        // Placed without a read because an idle worker held the scope's live
+                        // session, but the pool handed out another worker: the turn cannot
+                        // continue the session, so the receipt is read first.
+                        workers.give_back(worker);
+                        self.lifecycle.read_receipt(&scope, now);
+                        continue;
                     }
-                    Claimed::Spawn(slot) => {
-                        // A planned spawn already counts the workers on their way; the pool's own
-                        // routing spawns at most one worker per scope waiting for one.
-                        waiting += 1;
-                        if matches!(target, Target::Spawn(_)) || spawning < waiting {
-                            workers.begin_spawn(slot);
-                            spawning += 1;
-                            steps.push(Step::Spawn(slot));
-                        }
+                    let Some(batch) = inbox.take(&scope) else {
+                        workers.give_back(worker);
+                        continue;
+                    };
+                    let slot = workers.slot(&worker);
+                    let caps = workers.caps(&worker);
+                    let inputs = Q::inputs(&batch);
+                    let mut plan = self.lifecycle.start(&scope, slot, inputs, live, caps, now);
+                    if check && plan.reach.kind() == ReachKind::Hot {
+                        // The turn continues the live session without waiting for the store.
+                        self.lifecycle.check_receipt(&scope, now);
                     }
-                    Claimed::Wait => {}
-                },
+                    plan.report = self.mailbox().reporter(&scope);
+                    steps.push(Step::Turn {
+                        worker,
+                        batch,
+                        plan,
+                    });
+                }
+                Claimed::Spawn(slot) => {
+                    // A planned spawn already counts the workers on their way; the pool's own
+                    // routing spawns at most one worker per scope waiting for one.
+                    waiting += 1;
+                    if matches!(target, Target::Spawn(_)) || spawning < waiting {
+                        workers.begin_spawn(slot);
+                        spawning += 1;
+                        steps.push(Step::Spawn(slot));
+                    }
+                }
+                Claimed::Wait => {}
             }
         }
         self.take_out();

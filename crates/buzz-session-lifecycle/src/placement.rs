@@ -7,12 +7,17 @@
 //! Scopes are served in the order the harness's queue lists them (oldest input first). A scope
 //! waits while a turn of it runs, while it settles, while a restore retry is not yet due, while
 //! one of its sessions is being released, and while its receipt is being read. A scope's receipt
-//! is read before its turn starts, so the store is never read on the event loop and a turn never
-//! holds a worker while it waits for the store. That includes a turn that would continue a live
-//! session (resident, or held by an idle worker): the read is how an operator's `forget`
-//! (`buzz-receipts forget`, docs/STORE.md) reaches a session this harness keeps live — a receipt
-//! that is gone is not continued (see [`Lifecycle::forgotten`]). While the store is known to be
-//! down, such a check is skipped and the live session goes on.
+//! is read before a turn that would reopen or replace its session, so the store is never read on
+//! the event loop and a turn never holds a worker while it waits for the store.
+//!
+//! A turn that continues a live session (resident, or held by an idle worker) never waits for the
+//! store: it starts at once, and the receipt is *checked* beside it ([`Placed::RunChecked`]).
+//! The check is how an operator's `forget` (`buzz-receipts forget`, docs/STORE.md) reaches a
+//! session this harness keeps live: when it finds the receipt gone, that turn keeps its answer,
+//! the session is released after it and the thread's next turn opens a new one (see
+//! [`Lifecycle::forgotten`]). A frozen store therefore costs a hot follow-up nothing; a forget
+//! takes effect from the turn after the one that saw it. While the store is known to be down, or
+//! a check of the scope is still in flight, no further check is asked for.
 
 use crate::clock::Moment;
 use crate::lifecycle::Lifecycle;
@@ -75,10 +80,10 @@ pub enum Placed<K> {
     Run(K, Target),
     /// Read its receipt first; it is placed again once the read answered or timed out.
     Read(K),
-    /// It would continue a live session: check first that its receipt still exists (an operator
-    /// may have forgotten it). A read like [`Placed::Read`]; never asked for while the store is
-    /// down (the live session then goes on without it).
-    Check(K),
+    /// Run its turn there, continuing its live session, and check beside the turn that its
+    /// receipt still exists (an operator may have forgotten it): the turn does not wait for the
+    /// check. Never asked for while the store is down (the live session then goes on unchecked).
+    RunChecked(K, Target),
     /// Its resident's worker is busy: wait for it.
     #[cfg(feature = "residency")]
     WaitForResident(K, usize),
@@ -115,19 +120,20 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 out.push(Placed::Read(scope.clone()));
                 continue;
             }
-            if *held && self.needs_check(scope, store) {
-                out.push(Placed::Check(scope.clone()));
-                continue;
-            }
+            let check = *held && self.needs_check(scope, store);
+            let run = |target| match check {
+                true => Placed::RunChecked(scope.clone(), target),
+                false => Placed::Run(scope.clone(), target),
+            };
             if !self.residency_enabled() {
-                out.push(Placed::Run(scope.clone(), Target::Any));
+                out.push(run(Target::Any));
                 continue;
             }
             let idle = |i: usize, taken: &[bool]| view[i] == SlotView::Idle && !taken[i];
             let free = (0..view.len()).find(|&i| idle(i, &taken) && !self.hosts_resident(i));
             if let Some(i) = free {
                 taken[i] = true;
-                out.push(Placed::Run(scope.clone(), Target::Slot(i)));
+                out.push(run(Target::Slot(i)));
             } else if spawning > 0 {
                 // A worker on its way will serve this scope.
                 spawning -= 1;
@@ -135,12 +141,12 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 (0..view.len()).find(|&j| view[j] == SlotView::Empty && !taken[j])
             {
                 taken[j] = true;
-                out.push(Placed::Run(scope.clone(), Target::Spawn(j)));
+                out.push(run(Target::Spawn(j)));
             } else if let Some(i) = (0..view.len()).find(|&i| idle(i, &taken)) {
                 // Residency counts against capacity, but a resident never blocks the pool:
                 // when nothing else is free, another scope takes a resident's worker.
                 taken[i] = true;
-                out.push(Placed::Run(scope.clone(), Target::Slot(i)));
+                out.push(run(Target::Slot(i)));
             }
         }
         out
@@ -154,6 +160,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         if !state.releasing.is_empty() {
             return false;
         }
+        // A read blocks the start it is for; a check never blocks a start.
         if matches!(state.receipt.freshness, Freshness::Reading { .. }) {
             return false;
         }
@@ -189,9 +196,15 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             .is_none_or(|known| known.fingerprint == self.session.fingerprint)
     }
 
-    /// Whether `scope`'s live session must have its receipt checked before it is continued.
+    /// Whether `scope`'s live session should have its receipt checked beside the turn that
+    /// continues it: the store answers, the receipt has not been read for this start, and no
+    /// check of it is in flight already.
     pub(crate) fn needs_check(&self, scope: &K, store: StoreHealth) -> bool {
-        store == StoreHealth::Answering && self.needs_read(scope)
+        let checking = self
+            .scopes
+            .get(scope)
+            .is_some_and(|s| matches!(s.receipt.freshness, Freshness::Checking { .. }));
+        store == StoreHealth::Answering && !checking && self.needs_read(scope)
     }
 
     pub(crate) fn residency_enabled(&self) -> bool {
@@ -228,10 +241,20 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         });
     }
 
-    /// When the read of `scope`'s receipt in flight started.
+    /// Checks `scope`'s receipt beside the turn that now continues its live session (placement
+    /// asked for it with [`Placed::RunChecked`]; called after [`Lifecycle::start`]): nothing
+    /// waits for the answer, which [`Lifecycle::read_done`] applies when it comes.
+    pub fn check_receipt(&mut self, scope: &K, now: Moment) {
+        self.state(scope).receipt.freshness = Freshness::Checking { since: now };
+        self.store(crate::decision::StoreOp::Read {
+            scope: scope.clone(),
+        });
+    }
+
+    /// When the read or check of `scope`'s receipt in flight started.
     pub fn read_started(&self, scope: &K) -> Option<Moment> {
         match self.scopes.get(scope)?.receipt.freshness {
-            Freshness::Reading { since } => Some(since),
+            Freshness::Reading { since } | Freshness::Checking { since } => Some(since),
             _ => None,
         }
     }
@@ -270,8 +293,10 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         });
     }
 
-    /// The read of `scope`'s receipt answered: `Ok(record)`, or `Err` (the store could not be
-    /// asked, or did not answer within the bound, after `waited`).
+    /// The read or check of `scope`'s receipt answered: `Ok(record)`, or `Err` (the store could
+    /// not be asked, or did not answer within the bound, after `waited`). A read's answer is for
+    /// the start that waits for it; a check's answer only tells whether the receipt is gone, and
+    /// the scope's next start checks again.
     pub fn read_done(
         &mut self,
         scope: &K,
@@ -279,33 +304,45 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     ) {
         let resume = self.config.resume;
         let state = self.state(scope);
-        if !matches!(state.receipt.freshness, Freshness::Reading { .. }) {
-            // A late answer to a read that already timed out, after the start it was for has
-            // been decided. The store answers a scope's read before the writes queued after it,
-            // so the answer may predate what the lifecycle did since (its own receipt writes, a
-            // session it abandoned): it fills a belief only where the lifecycle has none. A
-            // belief it keeps is read again before the next start that needs it.
-            if let (Ok(record), crate::receipt_view::Belief::Unknown) =
-                (result, &state.receipt.belief)
-            {
-                state.receipt.belief = crate::receipt_view::Belief::from(record);
+        let checking = match state.receipt.freshness {
+            Freshness::Reading { .. } => false,
+            Freshness::Checking { .. } => true,
+            Freshness::Stale | Freshness::Fresh | Freshness::Unreadable => {
+                // A late answer to a read that already timed out, after the start it was for has
+                // been decided. The store answers a scope's read before the writes queued after it,
+                // so the answer may predate what the lifecycle did since (its own receipt writes, a
+                // session it abandoned): it fills a belief only where the lifecycle has none. A
+                // belief it keeps is read again before the next start that needs it.
+                if let (Ok(record), crate::receipt_view::Belief::Unknown) =
+                    (result, &state.receipt.belief)
+                {
+                    state.receipt.belief = crate::receipt_view::Belief::from(record);
+                }
+                return;
             }
-            return;
-        }
+        };
         match result {
             Ok(record) => {
                 // No receipt for a session this harness opened (and did not give up itself):
                 // someone removed it — an operator's forget, or another harness.
                 let gone = record.is_none() && resume && state.known.is_some();
                 state.receipt.belief = crate::receipt_view::Belief::from(record);
-                state.receipt.freshness = Freshness::Fresh;
+                state.receipt.freshness = match checking {
+                    true => Freshness::Stale,
+                    false => Freshness::Fresh,
+                };
                 state.told_unreadable = None;
                 if gone {
                     self.forgotten(scope);
                 }
             }
             Err(waited) => {
-                state.receipt.freshness = Freshness::Unreadable;
+                // A check that did not answer decides nothing: the turn it was beside went on,
+                // and the next start checks again (unless the store is known down by then).
+                state.receipt.freshness = match checking {
+                    true => Freshness::Stale,
+                    false => Freshness::Unreadable,
+                };
                 self.record(crate::telemetry::Record::ReceiptUnreadable {
                     scope: scope.label(),
                     waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
@@ -319,7 +356,11 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         self.scopes
             .iter()
             .filter_map(|(k, s)| match s.receipt.freshness {
-                Freshness::Reading { since } if since <= deadline => Some((k.clone(), since)),
+                Freshness::Reading { since } | Freshness::Checking { since }
+                    if since <= deadline =>
+                {
+                    Some((k.clone(), since))
+                }
                 _ => None,
             })
             .collect()
@@ -394,16 +435,6 @@ mod tests {
         life
     }
 
-    /// The live session the worker still holds when the next turn starts: a resident's release
-    /// drops it from the worker first.
-    fn still_held(session: &str) -> Option<&str> {
-        if cfg!(feature = "residency") {
-            None
-        } else {
-            Some(session)
-        }
-    }
-
     fn forgotten_recorded(records: &[Record]) -> bool {
         records
             .iter()
@@ -411,39 +442,82 @@ mod tests {
     }
 
     #[test]
-    fn a_live_session_whose_receipt_is_gone_is_not_continued() {
+    fn a_live_session_is_continued_at_once_and_its_receipt_checked_beside_the_turn() {
         let mut life = answered_once();
-        assert_eq!(
-            place(&life, true, StoreHealth::Answering),
-            [Placed::Check(thread())],
-            "a live session is checked before it is continued"
+        let placed = place(&life, true, StoreHealth::Answering);
+        assert!(
+            matches!(placed.as_slice(), [Placed::RunChecked(..)]),
+            "a live session is continued without waiting for its receipt: {placed:?}"
         );
-        life.read_receipt(&thread(), Moment(5));
-        life.read_done(&thread(), Ok(None));
+        let (plan, _) = start(&mut life, Some("s1"), "unused");
+        assert_eq!(plan.hot_session(), Some("s1"));
+        life.check_receipt(&thread(), Moment(1));
         let out = life.take_outbox();
-        assert!(forgotten_recorded(&out.records), "{:?}", out.records);
-        if cfg!(feature = "residency") {
-            let release = Command::Release {
-                scope: thread(),
-                slot: 0,
-                session_id: "s1".into(),
-            };
-            assert_eq!(out.commands, [release], "the resident is released once");
-            life.released(&thread(), "s1");
-        }
         assert!(
             out.store
                 .iter()
-                .all(|op| !matches!(op, StoreOp::Put { .. }))
+                .any(|op| matches!(op, StoreOp::Read { scope } if *scope == thread())),
+            "the check reads the receipt: {:?}",
+            out.store
         );
+        // The check has not answered (a frozen store) when the turn ends and the next message
+        // comes: that one is continued at once too, and asks for no second check.
+        answered(&mut life, "s1");
+        life.settled(&thread(), None, Moment(4));
+        assert!(
+            life.take_outbox()
+                .store
+                .iter()
+                .all(|op| !matches!(op, StoreOp::Read { .. }))
+        );
+        let placed = place(&life, true, StoreHealth::Answering);
+        assert!(
+            matches!(placed.as_slice(), [Placed::Run(..)]),
+            "a check in flight neither blocks a start nor is asked for again: {placed:?}"
+        );
+        let (plan, _) = start(&mut life, Some("s1"), "unused");
+        assert_eq!(plan.hot_session(), Some("s1"));
+    }
+
+    #[test]
+    fn a_check_that_finds_the_receipt_gone_ends_the_session_after_its_turn() {
+        let mut life = answered_once();
+        let (plan, _) = start(&mut life, Some("s1"), "unused");
+        assert_eq!(plan.hot_session(), Some("s1"));
+        life.check_receipt(&thread(), Moment(1));
+        life.take_outbox();
+        // An operator forgot the thread; the check beside its turn finds no receipt.
+        life.read_done(&thread(), Ok(None));
+        let seen = life.take_outbox();
+        assert!(forgotten_recorded(&seen.records), "{:?}", seen.records);
+        // The turn keeps its answer; its session is never committed and is released after it.
+        answered(&mut life, "s1");
+        life.settled(&thread(), None, Moment(4));
+        let out = life.take_outbox();
+        assert!(
+            out.store
+                .iter()
+                .all(|op| !matches!(op, StoreOp::Put { .. } | StoreOp::Commit { .. })),
+            "nothing brings the forgotten receipt back: {:?}",
+            out.store
+        );
+        // Released once: as a resident when the check answers, else after the turn.
+        let release = Command::Release {
+            scope: thread(),
+            slot: 0,
+            session_id: "s1".into(),
+        };
+        let commands: Vec<_> = seen.commands.iter().chain(&out.commands).collect();
+        assert_eq!(commands, [&release]);
+        life.released(&thread(), "s1");
         assert!(
             matches!(
                 place(&life, true, StoreHealth::Answering).as_slice(),
                 [Placed::Run(..)]
             ),
-            "the next session is new: nothing left to read"
+            "the next session is new: nothing left to read or check"
         );
-        let (plan, _) = start(&mut life, still_held("s1"), "s2");
+        let (plan, _) = start(&mut life, None, "s2");
         assert_eq!(
             plan.reach,
             Reach::Cold {
@@ -451,7 +525,6 @@ mod tests {
             }
         );
         assert!(plan.fresh, "a gateway is asked for a fresh conversation");
-        assert_eq!(plan.discard.as_deref(), still_held("s1"));
         let out = life.take_outbox();
         let put = out.store.iter().find_map(|op| match op {
             StoreOp::Put { record, expect, .. } => Some((record.session_id.clone(), expect)),
@@ -461,6 +534,37 @@ mod tests {
             put,
             Some(("s2".to_string(), &Expect::Absent)),
             "the new session's receipt is written as new"
+        );
+    }
+
+    #[test]
+    fn a_check_that_does_not_answer_decides_nothing_and_the_next_start_checks_again() {
+        let mut life = answered_once();
+        let (plan, _) = start(&mut life, Some("s1"), "unused");
+        assert_eq!(plan.hot_session(), Some("s1"));
+        life.check_receipt(&thread(), Moment(1));
+        life.read_done(&thread(), Err(std::time::Duration::from_secs(10)));
+        answered(&mut life, "s1");
+        life.settled(&thread(), None, Moment(4));
+        let out = life.take_outbox();
+        assert!(!forgotten_recorded(&out.records), "{:?}", out.records);
+        assert!(
+            out.commands
+                .iter()
+                .all(|c| !matches!(c, Command::Notice(..))),
+            "a hot turn tells the thread nothing: {:?}",
+            out.commands
+        );
+        assert!(matches!(
+            place(&life, true, StoreHealth::Answering).as_slice(),
+            [Placed::RunChecked(..)]
+        ));
+        assert!(
+            matches!(
+                place(&life, true, StoreHealth::Down).as_slice(),
+                [Placed::Run(..)]
+            ),
+            "no check while the store is known down"
         );
     }
 

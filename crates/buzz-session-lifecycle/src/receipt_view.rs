@@ -62,8 +62,12 @@ pub enum Freshness {
     /// next start that needs the receipt.
     #[default]
     Stale,
-    /// A read is in flight since this moment.
+    /// A read is in flight since this moment; the scope's next start waits for it.
     Reading { since: Moment },
+    /// A check is in flight since this moment: the read of the receipt of a live session that a
+    /// turn continues meanwhile. Nothing waits for it; if it finds the receipt gone (an
+    /// operator's forget), the session is released after that turn and the next one is new.
+    Checking { since: Moment },
     /// Read for the coming start.
     Fresh,
     /// The last read failed or did not answer in time; the coming start decides from the belief.

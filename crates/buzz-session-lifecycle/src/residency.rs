@@ -47,12 +47,12 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         }
         let slot = resident.slot;
         let placed = match view.get(slot) {
-            Some(SlotView::Idle) if !taken[slot] && self.needs_check(scope, store) => {
-                Placed::Check(scope.clone())
-            }
             Some(SlotView::Idle) if !taken[slot] => {
                 taken[slot] = true;
-                Placed::Run(scope.clone(), Target::Slot(slot))
+                match self.needs_check(scope, store) {
+                    true => Placed::RunChecked(scope.clone(), Target::Slot(slot)),
+                    false => Placed::Run(scope.clone(), Target::Slot(slot)),
+                }
             }
             Some(SlotView::Idle | SlotView::Busy) => Placed::WaitForResident(scope.clone(), slot),
             // The worker is gone: so is the session.

@@ -281,9 +281,9 @@ fn placement_serves_ready_scopes_in_queue_order_and_waits_for_what_blocks_a_scop
 fn a_turn_that_cannot_continue_a_live_session_reads_its_receipt_first() {
     // Rule: before a turn that cannot continue a live session, the scope's receipt is read
     // (never on the event loop, never while holding a worker); a read answers for one start
-    // only. A scope whose live session an idle worker holds has its receipt checked before the
-    // session is continued (an operator may have forgotten it), unless the store is down; without
-    // resume nothing is read.
+    // only. A scope whose live session an idle worker holds is continued at once, with its
+    // receipt checked beside the turn (an operator may have forgotten it), unless the store is
+    // down; without resume nothing is read.
     let mut l = lifecycle(plain());
     assert_eq!(place(&l, &[a()], 0), [Placed::Read(a())]);
     l.read_receipt(&a(), t(0));
@@ -302,7 +302,7 @@ fn a_turn_that_cannot_continue_a_live_session_reads_its_receipt_first() {
     }];
     assert_eq!(
         l.place(&held, &IDLE2, StoreHealth::Answering, t(0)),
-        [Placed::Check(b())]
+        [Placed::RunChecked(b(), Target::Any)]
     );
     assert_eq!(
         l.place(&held, &IDLE2, StoreHealth::Down, t(0)),
@@ -319,8 +319,8 @@ fn a_turn_that_cannot_continue_a_live_session_reads_its_receipt_first() {
 
 #[test]
 fn a_held_copy_that_will_not_be_continued_does_not_spare_the_read() {
-    // Rule: a scope an idle worker holds a live session of is checked (its receipt read) before
-    // the session is continued, and when the store is down the check is skipped; but a copy
+    // Rule: a scope an idle worker holds a live session of is continued with its receipt checked
+    // beside the turn, and when the store is down the check is skipped; but a copy
     // opened under another configuration is discarded at start, so the receipt decides and is
     // read first whatever the store's health — else an unknown belief would answer "the store is
     // unavailable" although nothing failed.
@@ -334,8 +334,8 @@ fn a_held_copy_that_will_not_be_continued_does_not_spare_the_read() {
     }];
     assert_eq!(
         l.place(&held, &IDLE2, StoreHealth::Answering, t(0)),
-        [Placed::Check(a())],
-        "continued after a check"
+        [Placed::RunChecked(a(), Target::Any)],
+        "continued, checked beside the turn"
     );
     assert_eq!(
         l.place(&held, &IDLE2, StoreHealth::Down, t(0)),
@@ -1232,7 +1232,10 @@ mod residency {
         let run_here = [Placed::Run(a(), Target::Slot(0))];
         let down = l.place(&ready(&[a()]), &IDLE2, StoreHealth::Down, t(0));
         assert_eq!(down, run_here);
-        assert_eq!(place(&l, &[a()], 0), [Placed::Check(a())]);
+        assert_eq!(
+            place(&l, &[a()], 0),
+            [Placed::RunChecked(a(), Target::Slot(0))]
+        );
         read(&mut l, &a(), Some(created_record("sa")), 0);
         assert_eq!(place(&l, &[a()], 0), run_here);
         let busy0 = [SlotView::Busy, SlotView::Idle];
@@ -1617,7 +1620,10 @@ mod residency {
             l.resident(&b()).map(|r| (r.slot, r.session_id.as_str())),
             Some((1, "sb"))
         );
-        assert_eq!(place(&l, &[b()], 0), [Placed::Check(b())]);
+        assert_eq!(
+            place(&l, &[b()], 0),
+            [Placed::RunChecked(b(), Target::Slot(1))]
+        );
         read(&mut l, &b(), Some(created_record("sb")), 0);
         assert_eq!(place(&l, &[b()], 0), [Placed::Run(b(), Target::Slot(1))]);
         let plan = start(&mut l, &b(), 1, &["b1", "b2"], Some("sb"));
