@@ -28,22 +28,18 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     // ----- placement -----------------------------------------------------------------------
 
     /// Placement of a scope that has a resident: `None` when it has none (general placement
-    /// applies); `Some(None)` when it must simply wait this round. Once the resident's worker is
-    /// idle, the scope's receipt is checked before the resident is continued (an operator may
-    /// have forgotten it); the worker is not taken while the check runs.
+    /// applies). Once the resident's worker is idle, the resident is continued there, with the
+    /// scope's receipt checked beside the turn (an operator may have forgotten it).
     pub(crate) fn place_resident(
         &self,
         scope: &K,
         view: &[SlotView],
         store: crate::placement::StoreHealth,
         taken: &mut [bool],
-    ) -> Option<Option<Placed<K>>> {
+    ) -> Option<Placed<K>> {
         let resident = self.residents.get(scope)?;
         if resident.fingerprint != self.session.fingerprint {
-            return Some(Some(Placed::Dispose(
-                scope.clone(),
-                DisposeReason::ConfigChanged,
-            )));
+            return Some(Placed::Dispose(scope.clone(), DisposeReason::ConfigChanged));
         }
         let slot = resident.slot;
         let placed = match view.get(slot) {
@@ -58,7 +54,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             // The worker is gone: so is the session.
             _ => Placed::Dispose(scope.clone(), DisposeReason::AgentExit),
         };
-        Some(Some(placed))
+        Some(placed)
     }
 
     /// `scope` waits for its resident's busy worker `slot` (recorded once per wait).

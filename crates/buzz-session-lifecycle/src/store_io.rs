@@ -59,8 +59,8 @@ pub enum IoEvent<K> {
     Conflict {
         /// The scope.
         scope: K,
-        /// What was written (`put`, `commit`, `remove`).
-        op: &'static str,
+        /// What was written ([`OpKind::Put`], [`OpKind::Commit`] or [`OpKind::Remove`]).
+        op: OpKind,
         /// The session the store names now.
         stored: Option<String>,
     },
@@ -89,6 +89,18 @@ pub struct Operation {
     pub outcome: OpOutcome,
     /// How long the store call took (wall time on its blocking thread).
     pub elapsed: Duration,
+}
+
+/// Where a scope's read stands in the worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadState {
+    /// Waiting for the scope's queued writes (it must see them) or for the store to open.
+    Waiting,
+    /// Running on a blocking thread.
+    Running,
+    /// Running, and asked for again since it started: its answer predates what was asked, so it
+    /// is dropped and the scope is read again.
+    RunningAskedAgain,
 }
 
 /// A kind of store operation.
@@ -177,10 +189,7 @@ pub struct StoreIo<K> {
     write_due: Instant,
     write_pause: Duration,
     /// Reads waiting for their scope's writes, or in flight.
-    reads: BTreeMap<K, bool>,
-    /// Scopes whose read in flight was asked for again: its answer predates what was asked,
-    /// so it is dropped and the scope is read again.
-    reread: std::collections::BTreeSet<K>,
+    reads: BTreeMap<K, ReadState>,
     done_tx: mpsc::UnboundedSender<Done<K>>,
     done_rx: mpsc::UnboundedReceiver<Done<K>>,
     health: Health,
@@ -215,7 +224,6 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
             write_due: origin,
             write_pause: Duration::ZERO,
             reads: BTreeMap::new(),
-            reread: std::collections::BTreeSet::new(),
             done_tx,
             done_rx,
             health: Health::Unknown,
@@ -230,15 +238,11 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
     /// before this one was asked for (and before the writes decided since): it is not the
     /// answer, the scope is read again after it.
     pub fn read(&mut self, scope: K) {
-        match self.reads.get(&scope) {
-            Some(true) => {
-                self.reread.insert(scope);
-            }
-            Some(false) => {}
-            None => {
-                self.reads.insert(scope, false);
-            }
-        }
+        let state = match self.reads.get(&scope) {
+            Some(ReadState::Running | ReadState::RunningAskedAgain) => ReadState::RunningAskedAgain,
+            Some(ReadState::Waiting) | None => ReadState::Waiting,
+        };
+        self.reads.insert(scope, state);
         self.pump();
     }
 
@@ -277,7 +281,11 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
     /// tokio's paused clock lets the worker settle by taking in results until this is zero.
     pub fn in_flight(&self) -> usize {
         let opening = matches!(self.backend, Backend::Closed { opening: true, .. });
-        let reads = self.reads.values().filter(|started| **started).count();
+        let reads = self
+            .reads
+            .values()
+            .filter(|state| **state != ReadState::Waiting)
+            .count();
         usize::from(opening) + reads + usize::from(self.writing.is_some())
     }
 
@@ -328,11 +336,11 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
         let waiting: Vec<K> = self
             .reads
             .iter()
-            .filter(|(scope, started)| !**started && !self.has_write(scope))
+            .filter(|(scope, state)| **state == ReadState::Waiting && !self.has_write(scope))
             .map(|(scope, _)| scope.clone())
             .collect();
         for scope in waiting {
-            self.reads.insert(scope.clone(), true);
+            self.reads.insert(scope.clone(), ReadState::Running);
             let store = Arc::clone(&store);
             let tx = self.done_tx.clone();
             tokio::task::spawn_blocking(move || {
@@ -408,7 +416,7 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
                 self.down(&e);
             }
             Done::Read(scope, result, elapsed) => {
-                self.reads.remove(&scope);
+                let asked_again = self.reads.remove(&scope) == Some(ReadState::RunningAskedAgain);
                 match &result {
                     Ok(_) => {
                         self.finished(OpKind::Read, OpOutcome::Ok, elapsed);
@@ -419,8 +427,8 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
                         self.down(e);
                     }
                 }
-                if self.reread.remove(&scope) {
-                    self.reads.insert(scope, false);
+                if asked_again {
+                    self.reads.insert(scope, ReadState::Waiting);
                 } else {
                     self.events.push(IoEvent::Read(scope, result));
                 }
@@ -470,9 +478,9 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
             return OpOutcome::Ok;
         }
         let op = match write.target {
-            Target::Record(_) => "put",
-            Target::Turn(_) => "commit",
-            Target::Absent => "remove",
+            Target::Record(_) => OpKind::Put,
+            Target::Turn(_) => OpKind::Commit,
+            Target::Absent => OpKind::Remove,
         };
         self.events.push(IoEvent::Conflict { scope, op, stored });
         OpOutcome::Conflict

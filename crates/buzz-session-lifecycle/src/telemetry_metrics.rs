@@ -300,7 +300,7 @@ impl<K: Scope> Metrics<K> {
             }
             Record::ReceiptUnreadable { .. } => counter!(RECEIPT_READ_TIMEOUTS).increment(1),
             Record::ReceiptConflict { op, .. } => {
-                counter!(RECEIPT_CONFLICTS, "op" => *op).increment(1)
+                counter!(RECEIPT_CONFLICTS, "op" => code(op)).increment(1)
             }
             Record::ReceiptForgotten { .. } => counter!(RECEIPTS_FORGOTTEN).increment(1),
             #[cfg(feature = "continuity")]
@@ -631,7 +631,7 @@ mod tests {
             });
             m.record(&Record::ReceiptConflict {
                 scope: scope(),
-                op: "put",
+                op: crate::store_io::OpKind::Put,
                 stored_session_id: None,
             });
             m.record(&Record::ReceiptForgotten { scope: scope() });

@@ -8,6 +8,7 @@
 use buzz_session_lifecycle::decision::{Command, Notice, NoticeCause, StoreOp};
 use buzz_session_lifecycle::lifecycle::Outbox;
 use buzz_session_lifecycle::receipt_view::{Belief, Expect};
+use buzz_session_lifecycle::store_io::OpKind;
 use buzz_session_lifecycle::testing::{Msg, TestScope};
 use buzz_session_lifecycle::{
     AgentCaps, ColdReason, Lifecycle, LifecycleConfig, Moment, Opened, Placed, Plan, Reach,
@@ -327,7 +328,7 @@ fn a_held_copy_that_will_not_be_continued_does_not_spare_the_read() {
     let mut l = lifecycle(plain());
     read(&mut l, &a(), None, 0);
     cold_turn(&mut l, &a(), 0, &["a1"], "s1");
-    l.conflict(&a(), "commit", Some("other".into()));
+    l.conflict(&a(), OpKind::Commit, Some("other".into()));
     let held = [Ready {
         scope: a(),
         held: true,
@@ -1079,12 +1080,12 @@ fn a_conflict_or_a_forget_resets_the_belief() {
     // continued and its next session is new.
     let mut l = lifecycle(plain());
     read(&mut l, &a(), Some(receipt("s1")), 0);
-    l.conflict(&a(), "put", Some("other".into()));
+    l.conflict(&a(), OpKind::Put, Some("other".into()));
     assert_eq!(l.belief(&a()), Some(&Belief::Unknown));
     assert_eq!(place(&l, &[a()], 0), [Placed::Read(a())]);
     assert!(l.take_outbox().records.contains(&Record::ReceiptConflict {
         scope: "thread:aa".into(),
-        op: "put",
+        op: OpKind::Put,
         stored_session_id: Some("other".into()),
     }));
 
@@ -1160,7 +1161,7 @@ fn an_unreadable_store_answers_cold_tells_once_per_outage_and_writes_unchanged_s
     start(&mut l, &b(), 0, &["b1"], None);
     l.turn_end(&b(), TurnOutcome::Failed { failure: None }, t(0));
     read(&mut l, &b(), None, 0);
-    l.conflict(&b(), "put", None);
+    l.conflict(&b(), OpKind::Put, None);
     unreadable(&mut l, &b());
     l.take_outbox();
     start(&mut l, &b(), 0, &["b1"], None);
