@@ -8,10 +8,10 @@
 //! one lock — `Absent`, `Session(id)` and `NotWrittenSince(t)` are honoured, a turn commit is
 //! written only while the receipt names its session and merged as the store merges it, and a
 //! forget (an operator's, or a channel removal) leaves a tombstone that refuses every write
-//! decided at or before it. A test can seed receipts as another harness would, forget one as an
-//! operator would, take the store down (every call fails, the open too) or stall it (every call
-//! blocks until released, so a read outlives the driver's bound), and count the calls that
-//! reached it.
+//! decided at or before it, until a receipt written after it replaces it. A test can seed
+//! receipts as another harness would, forget one as an operator would, take the store down (every
+//! call fails, the open too) or stall it (every call blocks until released, so a read outlives the
+//! driver's bound), and count the calls that reached it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -314,7 +314,9 @@ impl Receipts for MemoryReceipts {
         let written = match target {
             Target::Record(record) => match rules::admit(&row.state(), expect, decided) {
                 Ok(()) => {
+                    // The receipt replaces the key's tombstone, as a put does in the store.
                     row.receipt = Some((record.clone().normalized(), decided));
+                    row.forgotten = None;
                     Written::Done
                 }
                 Err(refusal) => refused(refusal),
@@ -523,6 +525,22 @@ mod tests {
         assert_eq!(store.get(&a()), Some(want));
         let stored = store.get(&a()).unwrap();
         assert_eq!((stored.turns, stored.usage), (None, None), "None replaces");
+    }
+
+    #[test]
+    fn a_receipt_written_after_a_forget_replaces_its_tombstone() {
+        let store = MemoryReceipts::new(KeyScheme::Scope);
+        put(&store, "s1", Some(Expect::Absent), 10);
+        store.forget(&a(), UnixMillis(20));
+        assert_eq!(put(&store, "s2", Some(Expect::Absent), 21), Written::Done);
+        assert_eq!(
+            remove(&store, Expect::Session("s2".into()), 22),
+            Written::Done
+        );
+        // The tombstone went with the receipt that replaced it: the key holds nothing, so a
+        // write expecting nothing is admitted whenever it was decided (as in the SQL stores).
+        assert_eq!(put(&store, "s3", Some(Expect::Absent), 15), Written::Done);
+        assert_eq!(store.get(&a()).unwrap().session_id, "s3");
     }
 
     #[test]

@@ -866,6 +866,38 @@ pub fn a_forget_wins_against_queued_writes(m: &Medium) {
     assert_count_is_true(harness.as_ref());
 }
 
+/// A receipt written after a forget replaces the tombstone (the module docs of `receipt_store`):
+/// once that receipt is removed too, the key holds nothing, and a write expecting nothing is
+/// admitted whenever it was decided. The lifecycle's in-memory store (`testing::MemoryReceipts`)
+/// keeps this rule too; a change here must change it there.
+pub fn a_receipt_written_after_a_forget_replaces_the_tombstone(m: &Medium) {
+    let store = m.open();
+    put_new(store.as_ref(), &thread(1), "s-1", 10);
+    store
+        .forget(
+            &thread(1),
+            &Expect::NotWrittenSince(UnixMillis(20)),
+            UnixMillis(20),
+        )
+        .unwrap();
+    put_new(store.as_ref(), &thread(1), "s-2", 21);
+    assert_eq!(
+        store
+            .remove(&thread(1), &Expect::Session("s-2".into()))
+            .unwrap(),
+        Removal::Removed {
+            session_id: "s-2".into()
+        }
+    );
+    assert_eq!(
+        store
+            .put(&thread(1), &record("s-3"), &Expect::Absent, UnixMillis(15))
+            .unwrap(),
+        written(true)
+    );
+    assert_eq!(session_of(store.as_ref(), &thread(1)), "s-3");
+}
+
 pub fn forget_is_conditional_and_leaves_a_tombstone_even_without_a_receipt(m: &Medium) {
     let store = m.open();
     put_new(store.as_ref(), &thread(1), "s-1", 50);
@@ -1554,6 +1586,7 @@ macro_rules! contract_tests {
             oversize_ledgers_are_refused_not_cut,
             a_late_commit_from_a_replaced_session_is_refused,
             a_forget_wins_against_queued_writes,
+            a_receipt_written_after_a_forget_replaces_the_tombstone,
             forget_is_conditional_and_leaves_a_tombstone_even_without_a_receipt,
             tombstones_are_purged_after_their_retention,
             receipts_are_isolated_by_relay_and_by_agent_key,
