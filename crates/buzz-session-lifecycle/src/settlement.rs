@@ -1,7 +1,7 @@
 //! Settlement: after a successful turn's reply is published, what its session has been shown is
 //! committed to the receipt — bounded, in this one place, to what can still come back.
 
-use buzz_session_store::{DeliveryRecord, TurnCommit};
+use buzz_session_store::TurnCommit;
 
 use crate::decision::StoreOp;
 use crate::lifecycle::Lifecycle;
@@ -111,21 +111,12 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             commit.usage = delivered.usage;
             commit.handoff_delivered = settle.handoff_delivered;
         }
+        // The store merges the commit into the receipt that names its session; believe what it
+        // will hold (the receipts this process writes later start from the belief).
         if let crate::receipt_view::Belief::Present(record) = &mut self.state(scope).receipt.belief
             && record.session_id == settle.session_id
         {
-            if cfg!(feature = "delta-context") {
-                record.delivery = Some(DeliveryRecord {
-                    standing_context_sent: commit.standing_context_sent,
-                    delivered_event_ids: commit.delivered_event_ids.clone(),
-                });
-            }
-            if commit.turns.is_some() {
-                record.turns = commit.turns;
-            }
-            if commit.handoff_delivered {
-                record.handoff = None;
-            }
+            buzz_session_store::rules::apply_commit(record, &commit);
         }
         commit
     }

@@ -2,20 +2,23 @@
 //! and an in-memory receipt store. Public so the crate's integration tests (and anyone modelling
 //! the harness) can use them.
 //!
-//! [`MemoryReceipts`] plays the store's part behind the [`Receipts`] interface, with the store's
-//! rules (see `buzz_session_store::receipt_store`): every write is conditional and decided
-//! atomically under one lock — `Absent`, `Session(id)` and `NotWrittenSince(t)` are honoured, a
-//! turn commit is written only while the receipt names its session, and a forget (an operator's,
-//! or a channel removal) leaves a tombstone that refuses every write decided at or before it. A
-//! test can seed receipts as another harness would, forget one as an operator would, take the
-//! store down (every call fails, the open too) or stall it (every call blocks until released, so a
-//! read outlives the driver's bound), and count the calls that reached it.
+//! [`MemoryReceipts`] plays the store's part behind the [`Receipts`] interface, deciding with the
+//! store's own rules ([`buzz_session_store::rules`], which the SQL backends call too; see
+//! `buzz_session_store::receipt_store`): every write is conditional and decided atomically under
+//! one lock — `Absent`, `Session(id)` and `NotWrittenSince(t)` are honoured, a turn commit is
+//! written only while the receipt names its session and merged as the store merges it, and a
+//! forget (an operator's, or a channel removal) leaves a tombstone that refuses every write
+//! decided at or before it, until a receipt written after it replaces it. A test can seed
+//! receipts as another harness would, forget one as an operator would, take the store down (every
+//! call fails, the open too) or stall it (every call blocks until released, so a read outlives the
+//! driver's bound), and count the calls that reached it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
+use buzz_session_store::rules::{self, Refusal, State};
 use buzz_session_store::{
-    DeliveryRecord, Expect, KeyScheme, ScopeKey, SessionRecord, StoreError, TurnCommit, UnixMillis,
+    Expect, KeyScheme, Removal, ScopeKey, SessionRecord, StoreError, UnixMillis,
 };
 
 use crate::receipts::{Condition, Receipts, Written, store_key};
@@ -49,109 +52,36 @@ pub struct Calls {
 }
 
 /// What the store holds under one key: a receipt with the time it was last written, and the
-/// time it was last forgotten.
+/// time it was last forgotten. Every decision over it is the store's own ([`rules`]).
 #[derive(Clone, Debug, Default)]
 struct Row {
     receipt: Option<(SessionRecord, UnixMillis)>,
     forgotten: Option<UnixMillis>,
 }
 
-/// A key as a conditional write sees it (the store's `State`).
-enum State<'a> {
-    Nothing,
-    Live {
-        record: &'a SessionRecord,
-        last_written: UnixMillis,
-    },
-    Forgotten(UnixMillis),
-}
-
 impl Row {
-    /// A receipt written after the tombstone is live; one at or before it is not.
-    fn state(&self) -> State<'_> {
-        match (&self.receipt, self.forgotten) {
-            (Some((record, at)), forgotten) if forgotten.is_none_or(|f| *at > f) => State::Live {
-                record,
-                last_written: *at,
-            },
-            (_, Some(f)) => State::Forgotten(f),
-            (_, None) => State::Nothing,
-        }
+    /// The key as the store's conditions see it.
+    fn state(&self) -> State {
+        let receipt = self
+            .receipt
+            .as_ref()
+            .map(|(record, at)| (record.session_id.clone(), *at));
+        State::classify(receipt, self.forgotten)
     }
 
+    /// The receipt a read returns.
     fn live(&self) -> Option<&SessionRecord> {
-        match self.state() {
-            State::Live { record, .. } => Some(record),
-            _ => None,
-        }
+        let (record, _) = self.receipt.as_ref()?;
+        self.state().is_live().then_some(record)
     }
 }
 
-/// Why a conditional write was refused.
-enum Refusal {
-    Conflict(Option<String>),
-    Forgotten,
-}
-
-impl From<Refusal> for Written {
-    fn from(refusal: Refusal) -> Written {
-        match refusal {
-            Refusal::Conflict(stored) => Written::Conflict { stored },
-            Refusal::Forgotten => Written::Forgotten,
-        }
+/// A refused write's answer, as the lifecycle's adapter reports a store's refusal.
+fn refused(refusal: Refusal) -> Written {
+    match refusal {
+        Refusal::Conflict(stored) => Written::Conflict { stored },
+        Refusal::Forgotten(_) => Written::Forgotten,
     }
-}
-
-/// The condition every write passes, decided at `decided` (the store's rule).
-fn admit(state: &State<'_>, expect: &Expect, decided: UnixMillis) -> Result<(), Refusal> {
-    if let State::Forgotten(at) = state
-        && decided <= *at
-    {
-        return Err(Refusal::Forgotten);
-    }
-    match (expect, state) {
-        (Expect::Absent, State::Live { record, .. }) => {
-            Err(Refusal::Conflict(Some(record.session_id.clone())))
-        }
-        (Expect::Absent, State::Nothing | State::Forgotten(_)) => Ok(()),
-        (Expect::Session(wanted), State::Live { record, .. }) if *wanted == record.session_id => {
-            Ok(())
-        }
-        (Expect::Session(_), State::Live { record, .. }) => {
-            Err(Refusal::Conflict(Some(record.session_id.clone())))
-        }
-        (Expect::Session(_), State::Nothing) => Err(Refusal::Conflict(None)),
-        (Expect::Session(_), State::Forgotten(_)) => Err(Refusal::Forgotten),
-        (
-            Expect::NotWrittenSince(bound),
-            State::Live {
-                record,
-                last_written,
-            },
-        ) => {
-            if last_written <= bound {
-                Ok(())
-            } else {
-                Err(Refusal::Conflict(Some(record.session_id.clone())))
-            }
-        }
-        (Expect::NotWrittenSince(_), State::Nothing) => Ok(()),
-        (Expect::NotWrittenSince(bound), State::Forgotten(at)) => {
-            if at <= bound {
-                Ok(())
-            } else {
-                Err(Refusal::Forgotten)
-            }
-        }
-    }
-}
-
-/// Sorted, unique, without empty ids: how the store keeps a ledger.
-fn normalized(mut ledger: DeliveryRecord) -> DeliveryRecord {
-    ledger.delivered_event_ids.retain(|id| !id.is_empty());
-    ledger.delivered_event_ids.sort_unstable();
-    ledger.delivered_event_ids.dedup();
-    ledger
 }
 
 #[derive(Debug)]
@@ -382,30 +312,39 @@ impl Receipts for MemoryReceipts {
         let expect = condition.as_ref().unwrap_or(&any);
         let row = contents.rows.entry(key.clone()).or_default();
         let written = match target {
-            Target::Record(record) => match admit(&row.state(), expect, decided) {
+            Target::Record(record) => match rules::admit(&row.state(), expect, decided) {
                 Ok(()) => {
-                    let mut record = record.clone();
-                    record.delivery = record.delivery.map(normalized);
-                    row.receipt = Some((record, decided));
+                    // The receipt replaces the key's tombstone, as a put does in the store.
+                    row.receipt = Some((record.clone().normalized(), decided));
+                    row.forgotten = None;
                     Written::Done
                 }
-                Err(refusal) => refusal.into(),
+                Err(refusal) => refused(refusal),
             },
-            Target::Turn(commit) => commit_into(row, commit, decided),
-            Target::Absent => match row.state() {
-                State::Live { .. } => {
-                    // A live receipt: only the expectation can refuse.
-                    match admit(&row.state(), expect, UnixMillis(u64::MAX)) {
-                        Ok(()) => {
-                            row.receipt = None;
-                            Written::Done
-                        }
-                        Err(_) => Written::Conflict {
-                            stored: row.live().map(|r| r.session_id.clone()),
-                        },
+            Target::Turn(commit) => match rules::admit_commit(&row.state(), commit, decided) {
+                Ok(()) => match row.receipt.as_mut() {
+                    Some((record, written)) => {
+                        rules::apply_commit(record, commit);
+                        *written = decided;
+                        Written::Done
                     }
+                    // Admitted, so the receipt is live: the store answers the same if it is not.
+                    None => Written::Conflict { stored: None },
+                },
+                Err(refusal) => refused(refusal),
+            },
+            Target::Absent => match rules::removal(&row.state(), expect) {
+                Ok(_) => {
+                    row.receipt = None;
+                    Written::Done
                 }
-                State::Nothing | State::Forgotten(_) => Written::Done,
+                Err(Removal::Conflict { stored_session_id }) => Written::Conflict {
+                    stored: Some(stored_session_id),
+                },
+                // No live receipt: nothing to remove (as the store adapter reports `Absent`).
+                Err(Removal::Absent | Removal::Removed { .. } | Removal::NotWritable(_)) => {
+                    Written::Done
+                }
             },
         };
         let calls = &mut contents.calls;
@@ -444,36 +383,10 @@ impl Receipts for MemoryReceipts {
     }
 }
 
-/// A turn commit, written only while the live receipt names its session (the store's rule): the
-/// ledger is replaced, the standing-context flag ORed in, the counters replaced.
-fn commit_into(row: &mut Row, commit: &TurnCommit, decided: UnixMillis) -> Written {
-    let expect = Expect::Session(commit.session_id.clone());
-    if let Err(refusal) = admit(&row.state(), &expect, decided) {
-        return refusal.into();
-    }
-    let Some((record, written)) = row.receipt.as_mut() else {
-        return Written::Conflict { stored: None };
-    };
-    let standing = commit.standing_context_sent
-        || record
-            .delivery
-            .as_ref()
-            .is_some_and(|d| d.standing_context_sent);
-    record.delivery = Some(normalized(DeliveryRecord {
-        standing_context_sent: standing,
-        delivered_event_ids: commit.delivered_event_ids.clone(),
-    }));
-    record.turns = commit.turns;
-    record.usage = commit.usage;
-    if commit.handoff_delivered {
-        record.handoff = None;
-    }
-    *written = decided;
-    Written::Done
-}
-
 #[cfg(test)]
 mod tests {
+    use buzz_session_store::TurnCommit;
+
     use super::*;
 
     fn a() -> TestScope {
@@ -583,6 +496,51 @@ mod tests {
         );
         assert!(store.get(&TestScope::conversation("c2")).is_some());
         assert_eq!(store.calls().forgotten, 4);
+    }
+
+    #[test]
+    fn a_commit_is_merged_as_the_store_merges_it() {
+        let store = MemoryReceipts::new(KeyScheme::Scope);
+        let mut known = SessionRecord::new("s1");
+        known.turns = Some(3);
+        known.usage = Some(buzz_session_store::Usage {
+            used_tokens: 5,
+            context_tokens: None,
+        });
+        store.insert(&a(), known.clone(), UnixMillis(1));
+        let key = store_key(&a(), store.scheme());
+        let unknown = TurnCommit {
+            session_id: "s1".into(),
+            delivered_event_ids: vec!["e1".into()],
+            standing_context_sent: true,
+            turns: None,
+            usage: None,
+            handoff_delivered: false,
+        };
+        let target = Target::Turn(unknown.clone());
+        let written = store.write(&key, &None, &target, UnixMillis(2)).unwrap();
+        assert_eq!(written, Written::Done);
+        let mut want = known;
+        rules::apply_commit(&mut want, &unknown);
+        assert_eq!(store.get(&a()), Some(want));
+        let stored = store.get(&a()).unwrap();
+        assert_eq!((stored.turns, stored.usage), (None, None), "None replaces");
+    }
+
+    #[test]
+    fn a_receipt_written_after_a_forget_replaces_its_tombstone() {
+        let store = MemoryReceipts::new(KeyScheme::Scope);
+        put(&store, "s1", Some(Expect::Absent), 10);
+        store.forget(&a(), UnixMillis(20));
+        assert_eq!(put(&store, "s2", Some(Expect::Absent), 21), Written::Done);
+        assert_eq!(
+            remove(&store, Expect::Session("s2".into()), 22),
+            Written::Done
+        );
+        // The tombstone went with the receipt that replaced it: the key holds nothing, so a
+        // write expecting nothing is admitted whenever it was decided (as in the SQL stores).
+        assert_eq!(put(&store, "s3", Some(Expect::Absent), 15), Written::Done);
+        assert_eq!(store.get(&a()).unwrap().session_id, "s3");
     }
 
     #[test]

@@ -2,16 +2,19 @@
 //!
 //! While the store is slow or down, writes must neither pile up in memory nor lose their order.
 //! Every queued write of a scope is folded into one entry that describes the receipt the scope
-//! should end up with, under the condition of the first write folded in (the store must still
-//! hold what the lifecycle believed before that write) and the moment of the earliest decision
-//! (a write decided before an operator forgot the receipt never brings it back). A channel-wide
+//! should end up with (a turn commit is merged as the store merges it, by the store's own
+//! functions in `buzz_session_store::rules`), under the condition of the first write folded in
+//! (the store must still hold what the lifecycle believed before that write) and the moment of
+//! the earliest decision (a write decided before an operator forgot the receipt never brings it
+//! back). A channel-wide
 //! removal supersedes the queued writes of that channel's scopes and keeps its place in the
 //! order: writes queued after it come after it. So memory is bounded by the number of scopes and
 //! channels, and the store always sees each scope's writes in the order they were decided.
 
 use std::collections::{BTreeMap, VecDeque};
 
-use buzz_session_store::{DeliveryRecord, SessionRecord, TurnCommit};
+use buzz_session_store::rules;
+use buzz_session_store::{SessionRecord, TurnCommit};
 
 use crate::clock::Moment;
 use crate::receipt_view::Expect;
@@ -40,39 +43,6 @@ pub struct Write {
     pub target: Target,
 }
 
-/// `commit` applied to `record`, as the store applies a turn commit to a receipt.
-fn apply(record: &mut SessionRecord, commit: TurnCommit) {
-    let standing = commit.standing_context_sent
-        || record
-            .delivery
-            .as_ref()
-            .is_some_and(|d| d.standing_context_sent);
-    record.delivery = Some(DeliveryRecord {
-        standing_context_sent: standing,
-        delivered_event_ids: commit.delivered_event_ids,
-    });
-    if commit.turns.is_some() {
-        record.turns = commit.turns;
-    }
-    if commit.usage.is_some() {
-        record.usage = commit.usage;
-    }
-    if commit.handoff_delivered {
-        record.handoff = None;
-    }
-}
-
-/// Two turn commits of the same session as one.
-fn fold_commits(earlier: TurnCommit, later: TurnCommit) -> TurnCommit {
-    TurnCommit {
-        standing_context_sent: earlier.standing_context_sent || later.standing_context_sent,
-        turns: later.turns.or(earlier.turns),
-        usage: later.usage.or(earlier.usage),
-        handoff_delivered: earlier.handoff_delivered || later.handoff_delivered,
-        ..later
-    }
-}
-
 impl Write {
     /// `self`, then `later`: one write with the same effect on a store that still holds what
     /// `self` expects.
@@ -84,14 +54,16 @@ impl Write {
             // any other session would be refused by the store, so it is dropped.
             (Target::Record(mut record), Target::Turn(commit)) => {
                 if record.session_id == commit.session_id {
-                    apply(&mut record, commit);
+                    rules::apply_commit(&mut record, &commit);
                 }
                 Target::Record(record)
             }
+            // Two commits of one session: one commit with the effect of both, as the store
+            // would merge them one after the other.
             (Target::Turn(earlier), Target::Turn(later))
                 if earlier.session_id == later.session_id =>
             {
-                Target::Turn(fold_commits(earlier, later))
+                Target::Turn(rules::fold_commits(earlier, later))
             }
             // A commit for a receipt that will be gone is moot.
             (Target::Absent, Target::Turn(_)) => Target::Absent,
@@ -324,6 +296,50 @@ mod tests {
         };
         assert_eq!(write.expect, Some(Expect::Session("s1".into())));
         assert!(matches!(write.target, Target::Record(r) if r.session_id == "s2"));
+    }
+
+    #[test]
+    fn a_commit_of_unknown_counters_folds_as_the_store_merges_it() {
+        let unknown = |at| {
+            let mut write = commit("s1", &["e2"], 0, at);
+            if let Target::Turn(c) = &mut write.target {
+                c.turns = None;
+            }
+            write
+        };
+        // Into a waiting commit: the later `None` replaces the earlier count, as in the store.
+        let mut q = WriteQueue::default();
+        q.push(a(), commit("s1", &["e1"], 4, 1));
+        q.push(a(), unknown(2));
+        let Some(Entry::Scope(_, write)) = q.pop() else {
+            panic!("one scope entry")
+        };
+        let Target::Turn(c) = write.target else {
+            panic!("a commit")
+        };
+        assert_eq!(
+            (c.turns, c.delivered_event_ids),
+            (None, vec!["e2".to_string()])
+        );
+        // Into a waiting receipt: the receipt the store would hold after both.
+        let mut counted = SessionRecord::new("s1");
+        counted.turns = Some(4);
+        q.push(
+            a(),
+            Write {
+                expect: Some(Expect::Absent),
+                decided: Moment(3),
+                target: Target::Record(counted),
+            },
+        );
+        q.push(a(), unknown(4));
+        let Some(Entry::Scope(_, write)) = q.pop() else {
+            panic!("one scope entry")
+        };
+        let Target::Record(record) = write.target else {
+            panic!("a receipt")
+        };
+        assert_eq!(record.turns, None);
     }
 
     #[test]

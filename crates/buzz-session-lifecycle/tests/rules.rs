@@ -1022,6 +1022,50 @@ fn settlement_commits_a_ledger_bounded_to_what_can_come_back() {
     );
 }
 
+#[cfg(any(feature = "delta-context", feature = "continuity"))]
+#[test]
+fn after_a_commit_the_lifecycle_believes_the_receipt_the_store_merges() {
+    // Rule: a settled turn's commit is merged into the believed receipt exactly as the store
+    // merges it into the stored one (`buzz_session_store::rules::apply_commit`: ledger, standing
+    // context, turns and usage — `None` included — and the handoff), so a receipt this process
+    // writes later from its belief (a retirement, a model switch) carries what the store holds.
+    use buzz_session_lifecycle::Delivered;
+    let mut l = lifecycle(plain());
+    read(&mut l, &a(), None, 0);
+    start(&mut l, &a(), 0, &["t1"], None);
+    l.opened(&a(), created("s1"), t(0));
+    l.turn_end(&a(), replied_with("s1"), t(0));
+    l.replied(&a(), "reply1");
+    l.take_outbox();
+    let before = l.belief(&a()).and_then(Belief::record).cloned();
+    let before = before.expect("the created receipt is believed");
+    l.settled(
+        &a(),
+        Some(Delivered {
+            session_id: "s1".into(),
+            standing_context_sent: true,
+            event_ids: vec!["t1".into(), "reply1".into()],
+            usage: Some(buzz_session_store::Usage {
+                used_tokens: 10,
+                context_tokens: Some(1000),
+            }),
+        }),
+        t(0),
+    );
+    let commit = l
+        .take_outbox()
+        .store
+        .into_iter()
+        .find_map(|op| match op {
+            StoreOp::Commit { commit, .. } => Some(commit),
+            _ => None,
+        })
+        .expect("the turn is committed");
+    let mut merged = before;
+    buzz_session_store::rules::apply_commit(&mut merged, &commit);
+    assert_eq!(l.belief(&a()).and_then(Belief::record), Some(&merged));
+}
+
 #[cfg(not(feature = "delta-context"))]
 #[test]
 fn without_delta_context_nothing_is_committed_and_a_reopened_session_sees_everything() {

@@ -13,6 +13,7 @@
 //! | [`key`] | [`StoreScope`] (relay, agent key), [`ScopeKey`] (channel or thread) and [`KeyScheme`] |
 //! | [`record`] | [`SessionRecord`]: session id, configuration, ledger, turns, usage, handoff, retirement |
 //! | [`receipt_store`] | [`ReceiptStore`]: the store interface (sync, object-safe), [`Expect`] and the typed outcomes |
+//! | [`rules`] | the store's rules as pure functions: admission of a conditional write, the turn-commit merge and fold |
 //! | [`sqlite`] | [`SqliteStore`]: the embedded default, one row per receipt in `<state-dir>/sessions.sqlite3` |
 //! | [`pg`] | [`PgStore`]: PostgreSQL, shared by harnesses on several machines, with client-side deadlines |
 //! | [`pg_tls`] | how a PostgreSQL URL is read, and TLS with libpq's `sslmode` meanings |
@@ -21,9 +22,9 @@
 //! | [`migrate`] | the one-time import of the old JSON file, kept as a backup |
 //! | [`error`] | [`StoreError`], shared by every store |
 //!
-//! Private: `row` (the functional core of the SQL backends: rows, conditions, merges), `schema`
-//! (the schema line and its additive revisions), `legacy` (the old JSON format, decode only),
-//! `fsio` (file-system primitives).
+//! Private: `row` (the functional core of the SQL backends: rows, and the rules applied to their
+//! columns), `schema` (the schema line and its additive revisions), `legacy` (the old JSON format,
+//! decode only), `fsio` (file-system primitives).
 //!
 //! Receipts hold ids, configuration names, event ids and counters, plus one bounded piece of model
 //! text: the handoff a retired session leaves its successor ([`MAX_HANDOFF_TEXT_BYTES`]). Never
@@ -49,6 +50,7 @@ pub mod pg;
 pub mod pg_tls;
 pub mod receipt_store;
 pub mod record;
+pub mod rules;
 pub mod sqlite;
 
 mod fsio;

@@ -101,7 +101,8 @@ pub enum PutOutcome {
     NotWritable(WriteRefusal),
 }
 
-/// One turn's worth of receipt updates, written by [`ReceiptStore::commit_turn`].
+/// One turn's worth of receipt updates, written by [`ReceiptStore::commit_turn`] and merged into
+/// the stored receipt as [`crate::rules::apply_commit`] says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnCommit {
     /// The session the turn ran in: the commit is written only while the receipt names it.
@@ -112,9 +113,11 @@ pub struct TurnCommit {
     /// A legacy agent has been sent its standing context in this session. ORed into the stored
     /// flag: what was sent into a session cannot be unsent.
     pub standing_context_sent: bool,
-    /// Completed turns of the session, replacing the stored count (`None`: unknown).
+    /// Completed turns of the session, replacing the stored count (`None`: unknown, and it
+    /// replaces a stored count too).
     pub turns: Option<u32>,
-    /// The last usage the agent reported, replacing the stored one (`None`: unknown).
+    /// The last usage the agent reported, replacing the stored one (`None`: unknown, and it
+    /// replaces a stored usage too).
     pub usage: Option<Usage>,
     /// The receipt's pending handoff was given to the session in this turn: it is cleared.
     pub handoff_delivered: bool,

@@ -130,8 +130,10 @@ impl SessionRecord {
         }
     }
 
-    /// The canonical form that is written: delivery ids sorted, unique and non-empty.
-    pub(crate) fn normalized(mut self) -> Self {
+    /// The canonical form a store writes and reads back: delivery ids sorted, unique and
+    /// non-empty. A model of the store stores this form too, so it answers reads as a store does.
+    #[must_use]
+    pub fn normalized(mut self) -> Self {
         if let Some(delivery) = self.delivery.as_mut() {
             delivery.normalize();
         }

@@ -1,6 +1,6 @@
 //! The functional core shared by the SQL backends: one receipt as one row, the checks a write
-//! must pass, and every conditional decision. No I/O here, so every rule is tested once and both
-//! backends agree by construction.
+//! must pass, and the store's rules ([`crate::rules`]) applied to columns. No I/O here, so every
+//! rule is tested once and both backends agree by construction.
 //!
 //! ```text
 //! buzz_receipts(scope_id, scope_key, session_id, model, permission_mode, requested_model,
@@ -27,6 +27,8 @@ use crate::receipt_store::{
     UnixMillis,
 };
 use crate::record::{self, DeliveryRecord, Handoff, Retirement, SessionRecord, Usage};
+use crate::rules;
+pub(crate) use crate::rules::{Refusal, State, admit};
 
 /// How long a tombstone is kept. A queued write older than its tombstone is refused only while the
 /// tombstone exists, so this must outlast any write queue: the harness's worker gives up on a
@@ -210,101 +212,6 @@ pub(crate) fn tombstone_purge_before(now: UnixMillis) -> i64 {
     UnixMillis(now.0.saturating_sub(retention)).to_sql()
 }
 
-/// What is stored under one key, as far as the conditions care.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum State {
-    /// No receipt and no tombstone.
-    Nothing,
-    /// A live receipt.
-    Live {
-        session_id: String,
-        last_used: UnixMillis,
-    },
-    /// A tombstone, and no receipt written after it.
-    Forgotten { at: UnixMillis },
-}
-
-impl State {
-    /// Classifies a key from its receipt row (session, last written) and its tombstone time.
-    /// A receipt written after the tombstone is live (a harness that predates tombstones may
-    /// write one); a receipt at or before it is not.
-    pub(crate) fn of(receipt: Option<(String, i64)>, forgotten_ms: Option<i64>) -> Self {
-        let forgotten = forgotten_ms.map(UnixMillis::from_sql);
-        match (receipt, forgotten) {
-            (Some((session_id, used)), at)
-                if at.is_none_or(|at| UnixMillis::from_sql(used) > at) =>
-            {
-                Self::Live {
-                    session_id,
-                    last_used: UnixMillis::from_sql(used),
-                }
-            }
-            (_, Some(at)) => Self::Forgotten { at },
-            (_, None) => Self::Nothing,
-        }
-    }
-
-    /// Whether a receipt row exists that a read would return.
-    pub(crate) fn is_live(&self) -> bool {
-        matches!(self, Self::Live { .. })
-    }
-}
-
-/// Why a conditional write was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// The expectation does not hold; the live receipt names this session (`None`: none).
-    Conflict(Option<String>),
-    /// Forgotten at this time, at or after the write was decided (or the expected receipt is
-    /// gone with it).
-    Forgotten(UnixMillis),
-}
-
-/// The condition every harness write passes (see the module docs of `receipt_store`).
-pub(crate) fn admit(state: &State, expect: &Expect, now: UnixMillis) -> Result<(), Refusal> {
-    if let State::Forgotten { at } = state
-        && now <= *at
-    {
-        return Err(Refusal::Forgotten(*at));
-    }
-    match (expect, state) {
-        (Expect::Absent, State::Live { session_id, .. }) => {
-            Err(Refusal::Conflict(Some(session_id.clone())))
-        }
-        (Expect::Absent, State::Nothing | State::Forgotten { .. }) => Ok(()),
-        (Expect::Session(wanted), State::Live { session_id, .. }) => {
-            if wanted == session_id {
-                Ok(())
-            } else {
-                Err(Refusal::Conflict(Some(session_id.clone())))
-            }
-        }
-        (Expect::Session(_), State::Nothing) => Err(Refusal::Conflict(None)),
-        (Expect::Session(_), State::Forgotten { at }) => Err(Refusal::Forgotten(*at)),
-        (
-            Expect::NotWrittenSince(bound),
-            State::Live {
-                session_id,
-                last_used,
-            },
-        ) => {
-            if last_used <= bound {
-                Ok(())
-            } else {
-                Err(Refusal::Conflict(Some(session_id.clone())))
-            }
-        }
-        (Expect::NotWrittenSince(_), State::Nothing) => Ok(()),
-        (Expect::NotWrittenSince(bound), State::Forgotten { at }) => {
-            if at <= bound {
-                Ok(())
-            } else {
-                Err(Refusal::Forgotten(*at))
-            }
-        }
-    }
-}
-
 /// A put's answer when [`admit`] refused it.
 pub(crate) fn put_refused(refusal: Refusal) -> PutOutcome {
     match refusal {
@@ -321,33 +228,16 @@ pub(crate) fn commit_refused(refusal: Refusal) -> CommitOutcome {
     }
 }
 
-/// Decides a `remove`: `Ok(session)` means delete the row and report it removed; `Err` is the
-/// final answer, and nothing is deleted.
+/// Decides a `remove` ([`rules::removal`]): `Ok(session)` means delete the row and report it
+/// removed; `Err` is the final answer, and nothing is deleted.
 pub(crate) fn plan_removal(state: State, expect: &Expect) -> Result<String, Removal> {
-    let State::Live { session_id, .. } = &state else {
-        return Err(Removal::Absent);
-    };
-    // A live receipt: only the expectation can refuse (a tombstone older than it is moot).
-    match admit(&state, expect, UnixMillis(u64::MAX)) {
-        Ok(()) => Ok(session_id.clone()),
-        Err(_) => Err(Removal::Conflict {
-            stored_session_id: session_id.clone(),
-        }),
-    }
+    rules::removal(&state, expect)
 }
 
-/// Decides a `forget`: `Ok(session)` means delete the receipt row (if any) and set the tombstone,
-/// reporting the live receipt's session; `Err` is the final answer.
+/// Decides a `forget` ([`rules::forget`]): `Ok(session)` means delete the receipt row (if any)
+/// and set the tombstone, reporting the live receipt's session; `Err` is the final answer.
 pub(crate) fn plan_forget(state: State, expect: &Expect) -> Result<Option<String>, ForgetOutcome> {
-    match state {
-        State::Live { ref session_id, .. } => match admit(&state, expect, UnixMillis(u64::MAX)) {
-            Ok(()) => Ok(Some(session_id.clone())),
-            Err(_) => Err(ForgetOutcome::Conflict {
-                stored_session_id: session_id.clone(),
-            }),
-        },
-        State::Nothing | State::Forgotten { .. } => Ok(None),
-    }
+    rules::forget(&state, expect)
 }
 
 /// The columns of a live receipt that a commit reads and rewrites.
@@ -368,8 +258,9 @@ pub(crate) enum CommitPlan {
     Write(CommitColumns),
 }
 
-/// The guard and the merge of a turn commit, as one pure decision. `stored` is the live
-/// receipt's columns when the state is live.
+/// The guard and the merge of a turn commit, as one pure decision over the stored columns:
+/// [`rules::admit_commit`], then [`rules::apply_commit`] on the receipt the columns hold.
+/// `stored` is the live receipt's columns when the state is live.
 pub(crate) fn plan_commit(
     storage_key: &str,
     state: &State,
@@ -378,40 +269,33 @@ pub(crate) fn plan_commit(
     now: UnixMillis,
 ) -> Result<CommitPlan, StoreError> {
     record::check_ledger(storage_key, &commit.delivered_event_ids)?;
-    if let Err(refusal) = admit(state, &Expect::Session(commit.session_id.clone()), now) {
+    if let Err(refusal) = rules::admit_commit(state, commit, now) {
         return Ok(CommitPlan::Refuse(commit_refused(refusal)));
     }
     let Some(old) = stored else {
         return Ok(CommitPlan::Refuse(CommitOutcome::Conflict { stored: None }));
     };
-    let old_ledger = old.ledger.decode(storage_key)?;
+    // The part of the receipt a commit reads, as a record of the commit's session (an `ext`
+    // bound to another session reads as unknown).
     let old_ext = Ext::decode(old.ext.as_deref(), storage_key, &commit.session_id)?;
-    let mut ledger = DeliveryRecord {
-        standing_context_sent: old_ledger.is_some_and(|d| d.standing_context_sent)
-            || commit.standing_context_sent,
-        delivered_event_ids: commit.delivered_event_ids.clone(),
+    let mut merged = SessionRecord {
+        delivery: old.ledger.decode(storage_key)?,
+        turns: old_ext.turns,
+        usage: old_ext.usage,
+        handoff: old_ext.handoff.clone(),
+        retired: old_ext.retired.clone(),
+        ..SessionRecord::new(commit.session_id.clone())
     };
-    ledger.normalize();
-    let ext = Ext {
-        session_id: commit.session_id.clone(),
-        turns: commit.turns,
-        usage: commit.usage,
-        handoff: if commit.handoff_delivered {
-            None
-        } else {
-            old_ext.handoff
-        },
-        retired: old_ext.retired,
-    };
+    rules::apply_commit(&mut merged, commit);
+    let new_ext = Ext::of(&merged);
     let new = CommitColumns {
-        ledger: LedgerColumns::encode(Some(&ledger))?,
-        ext: ext.encode()?,
+        ledger: LedgerColumns::encode(merged.delivery.as_ref())?,
+        ext: new_ext.encode()?,
     };
-    // Compare decoded values, so a NULL `ext` and one bound to another session count as equal
-    // when both mean "unknown".
-    let same_ext = Ext::decode(old.ext.as_deref(), storage_key, &commit.session_id)?
-        == Ext::decode(new.ext.as_deref(), storage_key, &commit.session_id)?;
-    if old.ledger == new.ledger && same_ext {
+    // The ledger is compared as stored, so a column not in canonical form is rewritten; `ext` as
+    // decoded, so a NULL and one bound to another session count as equal when both mean
+    // "unknown".
+    if old.ledger == new.ledger && old_ext == new_ext {
         return Ok(CommitPlan::Unchanged);
     }
     Ok(CommitPlan::Write(new))

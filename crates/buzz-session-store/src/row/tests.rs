@@ -141,132 +141,6 @@ fn puts_are_checked_and_mapped_by_the_scheme() {
 }
 
 #[test]
-fn a_receipt_is_live_only_when_written_after_its_tombstone() {
-    assert_eq!(State::of(None, None), State::Nothing);
-    assert_eq!(State::of(Some(("s".into(), 5)), None), live("s", 5));
-    assert_eq!(
-        State::of(Some(("s".into(), 5)), Some(5)),
-        State::Forgotten { at: UnixMillis(5) }
-    );
-    assert_eq!(State::of(Some(("s".into(), 6)), Some(5)), live("s", 6));
-    assert_eq!(
-        State::of(None, Some(5)),
-        State::Forgotten { at: UnixMillis(5) }
-    );
-}
-
-#[test]
-fn expectations_decide_every_state() {
-    let forgotten = State::Forgotten { at: UnixMillis(10) };
-    let conflict = |s: &str| Err(Refusal::Conflict(Some(s.into())));
-    let cases: Vec<(Expect, State, u64, Result<(), Refusal>)> = vec![
-        (Expect::Absent, State::Nothing, 1, Ok(())),
-        (Expect::Absent, live("a", 5), 20, conflict("a")),
-        (Expect::Absent, forgotten.clone(), 11, Ok(())),
-        (
-            Expect::Absent,
-            forgotten.clone(),
-            10,
-            Err(Refusal::Forgotten(UnixMillis(10))),
-        ),
-        (Expect::Session("a".into()), live("a", 5), 20, Ok(())),
-        (Expect::Session("a".into()), live("b", 5), 20, conflict("b")),
-        (
-            Expect::Session("a".into()),
-            State::Nothing,
-            20,
-            Err(Refusal::Conflict(None)),
-        ),
-        (
-            Expect::Session("a".into()),
-            forgotten.clone(),
-            20,
-            Err(Refusal::Forgotten(UnixMillis(10))),
-        ),
-        (
-            Expect::NotWrittenSince(UnixMillis(5)),
-            live("a", 5),
-            20,
-            Ok(()),
-        ),
-        (
-            Expect::NotWrittenSince(UnixMillis(4)),
-            live("a", 5),
-            20,
-            conflict("a"),
-        ),
-        (
-            Expect::NotWrittenSince(UnixMillis(4)),
-            State::Nothing,
-            20,
-            Ok(()),
-        ),
-        (
-            Expect::NotWrittenSince(UnixMillis(10)),
-            forgotten.clone(),
-            20,
-            Ok(()),
-        ),
-        (
-            Expect::NotWrittenSince(UnixMillis(9)),
-            forgotten.clone(),
-            20,
-            Err(Refusal::Forgotten(UnixMillis(10))),
-        ),
-        // Decided before the forget: refused whatever it expected.
-        (
-            Expect::NotWrittenSince(UnixMillis(10)),
-            forgotten,
-            9,
-            Err(Refusal::Forgotten(UnixMillis(10))),
-        ),
-    ];
-    for (expect, state, now, want) in cases {
-        assert_eq!(
-            admit(&state, &expect, UnixMillis(now)),
-            want,
-            "{expect:?} on {state:?} at {now}"
-        );
-    }
-}
-
-#[test]
-fn removal_and_forget_plans() {
-    assert_eq!(
-        plan_removal(State::Nothing, &Expect::Absent),
-        Err(Removal::Absent)
-    );
-    assert_eq!(
-        plan_removal(
-            State::Forgotten { at: UnixMillis(3) },
-            &Expect::Session("a".into())
-        ),
-        Err(Removal::Absent)
-    );
-    assert_eq!(
-        plan_removal(live("a", 1), &Expect::Session("a".into())),
-        Ok("a".into())
-    );
-    assert_eq!(
-        plan_removal(live("b", 1), &Expect::Session("a".into())),
-        Err(Removal::Conflict {
-            stored_session_id: "b".into()
-        })
-    );
-    assert_eq!(
-        plan_forget(live("a", 5), &Expect::NotWrittenSince(UnixMillis(5))),
-        Ok(Some("a".into()))
-    );
-    assert_eq!(
-        plan_forget(live("a", 6), &Expect::NotWrittenSince(UnixMillis(5))),
-        Err(ForgetOutcome::Conflict {
-            stored_session_id: "a".into()
-        })
-    );
-    assert_eq!(plan_forget(State::Nothing, &Expect::Absent), Ok(None));
-}
-
-#[test]
 fn a_commit_replaces_the_ledger_counts_and_usage_and_clears_a_delivered_handoff() {
     let key = "k";
     let mut stored_record = SessionRecord::new("s");
@@ -364,6 +238,44 @@ fn a_commit_replaces_the_ledger_counts_and_usage_and_clears_a_delivered_handoff(
         plan_commit(key, &state, Some(bare), &commit("s", &[]), UnixMillis(2)).unwrap(),
         CommitPlan::Write(_)
     ));
+}
+
+#[test]
+fn a_commit_of_unknown_counters_clears_them_from_the_extension_column() {
+    let key = "k";
+    let mut known = SessionRecord::new("s");
+    known.turns = Some(4);
+    known.usage = Some(Usage {
+        used_tokens: 10,
+        context_tokens: Some(100),
+    });
+    let row = put_row(
+        KeyScheme::Scope,
+        &ScopeKey::conversation(CHANNEL),
+        &known,
+        UnixMillis(1),
+    )
+    .unwrap();
+    let stored = CommitColumns {
+        ledger: LedgerColumns::encode(None).unwrap(),
+        ext: row.ext.clone(),
+    };
+    assert!(stored.ext.is_some());
+    let mut c = commit("s", &[]);
+    c.turns = None;
+    let CommitPlan::Write(cols) =
+        plan_commit(key, &live("s", 1), Some(stored), &c, UnixMillis(2)).unwrap()
+    else {
+        panic!("expected a write");
+    };
+    assert_eq!(
+        cols.ext, None,
+        "turns and usage now unknown: nothing left to store"
+    );
+    assert_eq!(
+        plan_commit(key, &live("s", 2), Some(cols), &c, UnixMillis(3)).unwrap(),
+        CommitPlan::Unchanged
+    );
 }
 
 #[test]

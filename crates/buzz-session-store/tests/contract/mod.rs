@@ -17,7 +17,7 @@ use buzz_session_store::{
     ImportOutcome, KeyScheme, MAX_HANDOFF_TEXT_BYTES, Migration, OpenMode, Opened, PutOutcome,
     ReceiptStore, Removal, Retirement, ScopeKey, SessionRecord, StoreConfig, StoreError,
     StoreScope, StoredReceipt, TOMBSTONE_RETENTION, TurnCommit, UnixMillis, Usage, WriteRefusal,
-    open_backend, open_with_report, store_scopes,
+    open_backend, open_with_report, rules, store_scopes,
 };
 use serde_json::json;
 
@@ -605,6 +605,96 @@ pub fn commit_turn_reports_each_outcome_truthfully(m: &Medium) {
     assert!(stored.delivery.unwrap().standing_context_sent);
 }
 
+/// The SQL backends store a commit as [`rules::apply_commit`] merges it, for every combination of
+/// what is stored and what is committed (turns and usage `None` or not, a ledger or none, the
+/// standing context sent or not, a handoff pending or delivered, a retirement kept), and answer
+/// `Unchanged` exactly when the merge changes nothing.
+pub fn a_commit_stores_what_the_rules_merge(m: &Medium) {
+    let store = m.open();
+    let key = thread(1);
+    let usage = |used| Usage {
+        used_tokens: used,
+        context_tokens: Some(100_000),
+    };
+    let handoff = Handoff {
+        text: "pick up the failing test".into(),
+        reason: "rotation".into(),
+        from_session_id: "s-0".into(),
+    };
+    let mut stored = Vec::new();
+    for turns in [None, Some(2)] {
+        for used in [None, Some(500)] {
+            for standing in [None, Some(false), Some(true)] {
+                for (handoff, retired) in [
+                    (None, None),
+                    (
+                        Some(handoff.clone()),
+                        Some(Retirement {
+                            reason: "rotation".into(),
+                        }),
+                    ),
+                ] {
+                    let mut r = record("s-1");
+                    r.turns = turns;
+                    r.usage = used.map(usage);
+                    r.delivery = standing.map(|standing_context_sent| DeliveryRecord {
+                        standing_context_sent,
+                        delivered_event_ids: ids(&["e1"]),
+                    });
+                    r.handoff = handoff;
+                    r.retired = retired;
+                    stored.push(r);
+                }
+            }
+        }
+    }
+    let mut commits = Vec::new();
+    for turns in [None, Some(3)] {
+        for used in [None, Some(500)] {
+            for standing_context_sent in [false, true] {
+                for handoff_delivered in [false, true] {
+                    commits.push(TurnCommit {
+                        standing_context_sent,
+                        turns,
+                        usage: used.map(usage),
+                        handoff_delivered,
+                        ..commit("s-1", &["e1"], 0)
+                    });
+                }
+            }
+        }
+    }
+    let mut now = 0;
+    for before in &stored {
+        for c in &commits {
+            now += 2;
+            let put = store
+                .put(
+                    &key,
+                    before,
+                    &Expect::NotWrittenSince(UnixMillis(now)),
+                    UnixMillis(now),
+                )
+                .unwrap();
+            assert!(matches!(put, PutOutcome::Written { .. }), "{put:?}");
+            let mut merged = before.clone();
+            rules::apply_commit(&mut merged, c);
+            let outcome = store.commit_turn(&key, c, UnixMillis(now + 1)).unwrap();
+            let want = if merged == *before {
+                CommitOutcome::Unchanged
+            } else {
+                CommitOutcome::Written
+            };
+            assert_eq!(outcome, want, "{c:?} into {before:?}");
+            assert_eq!(
+                store.get(&key).unwrap().as_ref(),
+                Some(&merged),
+                "{c:?} into {before:?}"
+            );
+        }
+    }
+}
+
 pub fn a_retired_receipt_keeps_its_handoff_for_the_successor(m: &Medium) {
     let store = m.open();
     put_new(store.as_ref(), &thread(1), "s-1", 1);
@@ -774,6 +864,38 @@ pub fn a_forget_wins_against_queued_writes(m: &Medium) {
     );
     assert_eq!(session_of(operator.as_ref(), &thread(1)), "s-2");
     assert_count_is_true(harness.as_ref());
+}
+
+/// A receipt written after a forget replaces the tombstone (the module docs of `receipt_store`):
+/// once that receipt is removed too, the key holds nothing, and a write expecting nothing is
+/// admitted whenever it was decided. The lifecycle's in-memory store (`testing::MemoryReceipts`)
+/// keeps this rule too; a change here must change it there.
+pub fn a_receipt_written_after_a_forget_replaces_the_tombstone(m: &Medium) {
+    let store = m.open();
+    put_new(store.as_ref(), &thread(1), "s-1", 10);
+    store
+        .forget(
+            &thread(1),
+            &Expect::NotWrittenSince(UnixMillis(20)),
+            UnixMillis(20),
+        )
+        .unwrap();
+    put_new(store.as_ref(), &thread(1), "s-2", 21);
+    assert_eq!(
+        store
+            .remove(&thread(1), &Expect::Session("s-2".into()))
+            .unwrap(),
+        Removal::Removed {
+            session_id: "s-2".into()
+        }
+    );
+    assert_eq!(
+        store
+            .put(&thread(1), &record("s-3"), &Expect::Absent, UnixMillis(15))
+            .unwrap(),
+        written(true)
+    );
+    assert_eq!(session_of(store.as_ref(), &thread(1)), "s-3");
 }
 
 pub fn forget_is_conditional_and_leaves_a_tombstone_even_without_a_receipt(m: &Medium) {
@@ -1459,10 +1581,12 @@ macro_rules! contract_tests {
             remove_is_conditional_and_reports_what_it_removed,
             remove_channel_removes_the_channel_and_its_threads_only,
             commit_turn_reports_each_outcome_truthfully,
+            a_commit_stores_what_the_rules_merge,
             a_retired_receipt_keeps_its_handoff_for_the_successor,
             oversize_ledgers_are_refused_not_cut,
             a_late_commit_from_a_replaced_session_is_refused,
             a_forget_wins_against_queued_writes,
+            a_receipt_written_after_a_forget_replaces_the_tombstone,
             forget_is_conditional_and_leaves_a_tombstone_even_without_a_receipt,
             tombstones_are_purged_after_their_retention,
             receipts_are_isolated_by_relay_and_by_agent_key,
