@@ -57,15 +57,62 @@ pub enum TestRun {
 }
 
 impl TestRun {
+    /// How the run ended, without its evidence.
+    #[must_use]
+    pub fn kind(&self) -> TestRunKind {
+        match self {
+            TestRun::Passed => TestRunKind::Passed,
+            TestRun::Failed { .. } => TestRunKind::Failed,
+            TestRun::CompileFailed => TestRunKind::CompileFailed,
+            TestRun::NotFound => TestRunKind::NotFound,
+        }
+    }
+
     /// Lower-case label for reports.
     #[must_use]
     pub fn label(&self) -> &'static str {
+        self.kind().label()
+    }
+}
+
+/// How a run of one named test ended, without the evidence a [`TestRun`]
+/// carries: what a report counts runs by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TestRunKind {
+    /// It passed.
+    Passed,
+    /// It compiled and failed.
+    Failed,
+    /// The test target did not compile.
+    CompileFailed,
+    /// No test has that name.
+    NotFound,
+}
+
+impl TestRunKind {
+    /// Every kind.
+    pub const ALL: [TestRunKind; 4] = [
+        TestRunKind::Passed,
+        TestRunKind::Failed,
+        TestRunKind::CompileFailed,
+        TestRunKind::NotFound,
+    ];
+
+    /// Lower-case label for reports.
+    #[must_use]
+    pub fn label(self) -> &'static str {
         match self {
-            TestRun::Passed => "passed",
-            TestRun::Failed { .. } => "failed",
-            TestRun::CompileFailed => "failed to compile",
-            TestRun::NotFound => "not found",
+            TestRunKind::Passed => "passed",
+            TestRunKind::Failed => "failed",
+            TestRunKind::CompileFailed => "failed to compile",
+            TestRunKind::NotFound => "not found",
         }
+    }
+
+    /// The kind whose [`label`](Self::label) is `label`.
+    #[must_use]
+    pub fn from_label(label: &str) -> Option<TestRunKind> {
+        Self::ALL.into_iter().find(|k| k.label() == label)
     }
 }
 

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::cargo::Cargo;
 use crate::cli::{CiArgs, VerifyArgs};
 use crate::cmd::sync::{self, SyncResult, SyncRun, SyncStatus, UpstreamDir};
-use crate::cmd::verify::{self, VerifyRow};
+use crate::cmd::verify::{self, VerifyRow, WholeSuite};
 use crate::context::{Context, Outcome};
 use crate::error::{Error, Result};
 use crate::fsutil;
@@ -80,7 +80,7 @@ pub struct CiVerify {
     /// Per patch results.
     pub rows: Vec<VerifyRow>,
     /// The whole-suite result.
-    pub suite: String,
+    pub suite: WholeSuite,
     /// Every problem verify reported.
     pub problems: Vec<String>,
     /// The mutation check's evidence, per guard.
