@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub use cargo_metadata::TargetKind;
+
 use crate::error::{Error, Result};
 use crate::registry::TestRef;
 
@@ -225,22 +227,25 @@ impl WorkspaceBuild {
     }
 }
 
+/// Whether a target of this kind is the package's library (whose unit tests
+/// `cargo test --lib` selects).
+#[must_use]
+pub fn is_library(kind: &TargetKind) -> bool {
+    matches!(
+        kind,
+        TargetKind::Lib
+            | TargetKind::RLib
+            | TargetKind::DyLib
+            | TargetKind::CDyLib
+            | TargetKind::StaticLib
+            | TargetKind::ProcMacro
+    )
+}
+
 /// The key a test artifact is found under: its package and its target's
 /// name, `lib` for a library's unit tests.
 fn artifact_target(artifact: &cargo_metadata::Artifact) -> String {
-    use cargo_metadata::TargetKind;
-    let is_lib = artifact.target.kind.iter().any(|k| {
-        matches!(
-            k,
-            TargetKind::Lib
-                | TargetKind::RLib
-                | TargetKind::DyLib
-                | TargetKind::CDyLib
-                | TargetKind::StaticLib
-                | TargetKind::ProcMacro
-        )
-    });
-    if is_lib {
+    if artifact.target.kind.iter().any(is_library) {
         "lib".to_owned()
     } else {
         artifact.target.name.clone()
@@ -691,18 +696,19 @@ impl Cargo {
     }
 
     /// Targets of a workspace package: pairs of (kind, name) such as
-    /// (`lib`, `buzz_acp`), (`test`, `pinned_defects`).
+    /// ([`TargetKind::Lib`], `buzz_acp`), ([`TargetKind::Test`],
+    /// `pinned_defects`).
     ///
     /// # Errors
     /// [`Error::CargoMetadata`] when cargo fails or prints unreadable JSON.
-    pub fn package_targets(&self, package: &str) -> Result<Vec<(String, String)>> {
+    pub fn package_targets(&self, package: &str) -> Result<Vec<(TargetKind, String)>> {
         let meta = self.metadata()?;
         Ok(meta
             .workspace_packages()
             .into_iter()
             .filter(|p| p.name.as_str() == package)
             .flat_map(|p| &p.targets)
-            .flat_map(|t| t.kind.iter().map(|k| (k.to_string(), t.name.clone())))
+            .flat_map(|t| t.kind.iter().map(|k| (k.clone(), t.name.clone())))
             .collect())
     }
 

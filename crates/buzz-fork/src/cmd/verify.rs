@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::cargo::{Cargo, TestBinaries, TestRun, compare_locks};
+use crate::cargo::{Cargo, TargetKind, TestBinaries, TestRun, compare_locks, is_library};
 use crate::cli::VerifyArgs;
 use crate::cmd::apply::{Applied, Force, apply};
 use crate::context::{Context, Outcome};
@@ -185,23 +185,23 @@ fn whole_suite(cargo: &Cargo, defects: &[TestRef], unchanged: &BTreeSet<String>)
         let mut any = false;
         let mut has_lib = false;
         for (kind, name) in &targets {
-            match kind.as_str() {
-                "lib" | "rlib" | "proc-macro" | "cdylib" | "dylib" | "staticlib" => {
+            match kind {
+                TargetKind::Bin => {
+                    sel.push("--bin".into());
+                    sel.push(name.clone());
+                    any = true;
+                }
+                TargetKind::Test if !defect_targets.contains(name.as_str()) => {
+                    sel.push("--test".into());
+                    sel.push(name.clone());
+                    any = true;
+                }
+                kind if is_library(kind) => {
                     has_lib = true;
                     if !defect_targets.contains("lib") && !sel.contains(&"--lib".to_owned()) {
                         sel.push("--lib".into());
                         any = true;
                     }
-                }
-                "bin" => {
-                    sel.push("--bin".into());
-                    sel.push(name.clone());
-                    any = true;
-                }
-                "test" if !defect_targets.contains(name.as_str()) => {
-                    sel.push("--test".into());
-                    sel.push(name.clone());
-                    any = true;
                 }
                 _ => {}
             }
