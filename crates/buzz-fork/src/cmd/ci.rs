@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::cargo::Cargo;
-use crate::cli::{CiArgs, VerifyArgs};
+use crate::cli::{CiArgs, UpstreamSource, VerifyArgs};
 use crate::cmd::sync::{self, SyncResult, SyncRun, SyncStatus, UpstreamDir};
 use crate::cmd::verify::{self, VerifyRow, WholeSuite};
 use crate::context::{Context, Outcome};
@@ -385,18 +385,13 @@ fn verify_candidate(
 pub fn run(ctx: &Context, args: &CiArgs) -> Result<Outcome> {
     let registry = ctx.registry()?;
     let date = crate::dates::resolve(args.date.as_deref())?;
-    let fetched = match (&args.upstream, &args.upstream_git, &args.git_ref) {
-        (Some(dir), None, None) => Fetched {
+    let fetched = match &args.upstream {
+        UpstreamSource::Dir(dir) => Fetched {
             dir: fsutil::absolute(dir)?,
             source: dir.display().to_string(),
             commit: None,
         },
-        (None, Some(url), Some(rev)) => fetch(ctx, url, rev)?,
-        _ => {
-            return Err(Error::Usage(
-                "give either --upstream DIR or --upstream-git URL --ref REF".into(),
-            ));
-        }
+        UpstreamSource::Git { url, rev } => fetch(ctx, url, rev)?,
     };
     let found = sync::upstream_dir(&fetched.dir, &registry)?;
     let version = args
