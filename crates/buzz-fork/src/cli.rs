@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use jiff::civil::Date;
 
 /// Maintain the buzz-acp fork's patch series.
 ///
@@ -109,8 +110,8 @@ pub struct RefreshArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Date for Last-Update of content changes (default: today, UTC).
-    #[arg(long, value_name = "YYYY-MM-DD")]
-    pub date: Option<String>,
+    #[arg(long, value_name = "YYYY-MM-DD", value_parser = crate::dates::parse)]
+    pub date: Option<Date>,
 }
 
 /// `sync` options.
@@ -133,8 +134,8 @@ pub struct SyncArgs {
     #[arg(long, value_name = "TEXT")]
     pub commit: Option<String>,
     /// Date for Last-Update of content changes (default: today, UTC).
-    #[arg(long, value_name = "YYYY-MM-DD")]
-    pub date: Option<String>,
+    #[arg(long, value_name = "YYYY-MM-DD", value_parser = crate::dates::parse)]
+    pub date: Option<Date>,
 }
 
 /// `ci` options.
@@ -157,8 +158,8 @@ pub struct CiArgs {
     #[arg(long, value_name = "TEXT")]
     pub commit: Option<String>,
     /// Date for Last-Update of content changes (default: today, UTC).
-    #[arg(long, value_name = "YYYY-MM-DD")]
-    pub date: Option<String>,
+    #[arg(long, value_name = "YYYY-MM-DD", value_parser = crate::dates::parse)]
+    pub date: Option<Date>,
 }
 
 /// Where `ci` takes the new upstream from. clap reads it from
@@ -332,6 +333,28 @@ mod tests {
                 .contains("give either --upstream DIR or --upstream-git URL --ref REF"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn clap_reads_date_as_a_calendar_date() {
+        let args = ci(&["--upstream", "d", "--date", "2026-02-28"]).unwrap();
+        assert_eq!(args.date, Some(jiff::civil::date(2026, 2, 28)));
+        let commands: [&[&str]; 3] = [
+            &["ci", "--upstream", "d"],
+            &["sync", "--upstream", "d"],
+            &["refresh"],
+        ];
+        for command in commands {
+            for bad in ["2026-02-31", "yesterday", "2026-2-28"] {
+                let args = [command, &["--date", bad]].concat();
+                let err = parse(&args).map(|_| ()).unwrap_err();
+                assert_eq!(err.kind(), ErrorKind::ValueValidation, "{args:?}");
+                assert!(
+                    err.to_string().contains(&format!("\"{bad}\" is not")),
+                    "{err}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -384,7 +384,7 @@ fn verify_candidate(
 /// `check` refuses (exit 1).
 pub fn run(ctx: &Context, args: &CiArgs) -> Result<Outcome> {
     let registry = ctx.registry()?;
-    let date = crate::dates::resolve(args.date.as_deref())?;
+    let date = crate::dates::or_today(args.date);
     let fetched = match &args.upstream {
         UpstreamSource::Dir(dir) => Fetched {
             dir: fsutil::absolute(dir)?,
