@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub use cargo_metadata::TargetKind;
+
 use crate::error::{Error, Result};
 use crate::registry::TestRef;
 
@@ -57,15 +59,62 @@ pub enum TestRun {
 }
 
 impl TestRun {
+    /// How the run ended, without its evidence.
+    #[must_use]
+    pub fn kind(&self) -> TestRunKind {
+        match self {
+            TestRun::Passed => TestRunKind::Passed,
+            TestRun::Failed { .. } => TestRunKind::Failed,
+            TestRun::CompileFailed => TestRunKind::CompileFailed,
+            TestRun::NotFound => TestRunKind::NotFound,
+        }
+    }
+
     /// Lower-case label for reports.
     #[must_use]
     pub fn label(&self) -> &'static str {
+        self.kind().label()
+    }
+}
+
+/// How a run of one named test ended, without the evidence a [`TestRun`]
+/// carries: what a report counts runs by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TestRunKind {
+    /// It passed.
+    Passed,
+    /// It compiled and failed.
+    Failed,
+    /// The test target did not compile.
+    CompileFailed,
+    /// No test has that name.
+    NotFound,
+}
+
+impl TestRunKind {
+    /// Every kind.
+    pub const ALL: [TestRunKind; 4] = [
+        TestRunKind::Passed,
+        TestRunKind::Failed,
+        TestRunKind::CompileFailed,
+        TestRunKind::NotFound,
+    ];
+
+    /// Lower-case label for reports.
+    #[must_use]
+    pub fn label(self) -> &'static str {
         match self {
-            TestRun::Passed => "passed",
-            TestRun::Failed { .. } => "failed",
-            TestRun::CompileFailed => "failed to compile",
-            TestRun::NotFound => "not found",
+            TestRunKind::Passed => "passed",
+            TestRunKind::Failed => "failed",
+            TestRunKind::CompileFailed => "failed to compile",
+            TestRunKind::NotFound => "not found",
         }
+    }
+
+    /// The kind whose [`label`](Self::label) is `label`.
+    #[must_use]
+    pub fn from_label(label: &str) -> Option<TestRunKind> {
+        Self::ALL.into_iter().find(|k| k.label() == label)
     }
 }
 
@@ -178,22 +227,25 @@ impl WorkspaceBuild {
     }
 }
 
+/// Whether a target of this kind is the package's library (whose unit tests
+/// `cargo test --lib` selects).
+#[must_use]
+pub fn is_library(kind: &TargetKind) -> bool {
+    matches!(
+        kind,
+        TargetKind::Lib
+            | TargetKind::RLib
+            | TargetKind::DyLib
+            | TargetKind::CDyLib
+            | TargetKind::StaticLib
+            | TargetKind::ProcMacro
+    )
+}
+
 /// The key a test artifact is found under: its package and its target's
 /// name, `lib` for a library's unit tests.
 fn artifact_target(artifact: &cargo_metadata::Artifact) -> String {
-    use cargo_metadata::TargetKind;
-    let is_lib = artifact.target.kind.iter().any(|k| {
-        matches!(
-            k,
-            TargetKind::Lib
-                | TargetKind::RLib
-                | TargetKind::DyLib
-                | TargetKind::CDyLib
-                | TargetKind::StaticLib
-                | TargetKind::ProcMacro
-        )
-    });
-    if is_lib {
+    if artifact.target.kind.iter().any(is_library) {
         "lib".to_owned()
     } else {
         artifact.target.name.clone()
@@ -644,18 +696,19 @@ impl Cargo {
     }
 
     /// Targets of a workspace package: pairs of (kind, name) such as
-    /// (`lib`, `buzz_acp`), (`test`, `pinned_defects`).
+    /// ([`TargetKind::Lib`], `buzz_acp`), ([`TargetKind::Test`],
+    /// `pinned_defects`).
     ///
     /// # Errors
     /// [`Error::CargoMetadata`] when cargo fails or prints unreadable JSON.
-    pub fn package_targets(&self, package: &str) -> Result<Vec<(String, String)>> {
+    pub fn package_targets(&self, package: &str) -> Result<Vec<(TargetKind, String)>> {
         let meta = self.metadata()?;
         Ok(meta
             .workspace_packages()
             .into_iter()
             .filter(|p| p.name.as_str() == package)
             .flat_map(|p| &p.targets)
-            .flat_map(|t| t.kind.iter().map(|k| (k.to_string(), t.name.clone())))
+            .flat_map(|t| t.kind.iter().map(|k| (k.clone(), t.name.clone())))
             .collect())
     }
 

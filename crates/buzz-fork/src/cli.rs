@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use jiff::civil::Date;
 
 /// Maintain the buzz-acp fork's patch series.
 ///
@@ -109,8 +110,8 @@ pub struct RefreshArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Date for Last-Update of content changes (default: today, UTC).
-    #[arg(long, value_name = "YYYY-MM-DD")]
-    pub date: Option<String>,
+    #[arg(long, value_name = "YYYY-MM-DD", value_parser = crate::dates::parse)]
+    pub date: Option<Date>,
 }
 
 /// `sync` options.
@@ -133,23 +134,16 @@ pub struct SyncArgs {
     #[arg(long, value_name = "TEXT")]
     pub commit: Option<String>,
     /// Date for Last-Update of content changes (default: today, UTC).
-    #[arg(long, value_name = "YYYY-MM-DD")]
-    pub date: Option<String>,
+    #[arg(long, value_name = "YYYY-MM-DD", value_parser = crate::dates::parse)]
+    pub date: Option<Date>,
 }
 
 /// `ci` options.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("source").required(true).args(["upstream", "upstream_git"])))]
 pub struct CiArgs {
-    /// New upstream: the crate directory or a checkout containing upstream.path.
-    #[arg(long, value_name = "DIR")]
-    pub upstream: Option<PathBuf>,
-    /// New upstream: a git repository URL (or path) to fetch `--ref` from.
-    #[arg(long, value_name = "URL", requires = "git_ref")]
-    pub upstream_git: Option<String>,
-    /// The branch, tag or commit of `--upstream-git`.
-    #[arg(long = "ref", value_name = "REF", requires = "upstream_git")]
-    pub git_ref: Option<String>,
+    /// Where the new upstream comes from.
+    #[command(flatten)]
+    pub upstream: UpstreamSource,
     /// JSON report path (default: target/fork-work/ci/report.json); the
     /// Markdown summary and range-diff are written next to it.
     #[arg(long, value_name = "FILE")]
@@ -164,8 +158,95 @@ pub struct CiArgs {
     #[arg(long, value_name = "TEXT")]
     pub commit: Option<String>,
     /// Date for Last-Update of content changes (default: today, UTC).
-    #[arg(long, value_name = "YYYY-MM-DD")]
-    pub date: Option<String>,
+    #[arg(long, value_name = "YYYY-MM-DD", value_parser = crate::dates::parse)]
+    pub date: Option<Date>,
+}
+
+/// Where `ci` takes the new upstream from. clap reads it from
+/// [`UpstreamArgs`] and refuses every other combination of those options
+/// before a command runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamSource {
+    /// `--upstream DIR`: the crate directory or a checkout containing
+    /// upstream.path.
+    Dir(PathBuf),
+    /// `--upstream-git URL --ref REF`: a ref of a git repository, fetched
+    /// into the work area.
+    Git {
+        /// The repository URL (or path).
+        url: String,
+        /// The branch, tag or commit.
+        rev: String,
+    },
+}
+
+/// The options [`UpstreamSource`] is read from: exactly one of `--upstream`
+/// and `--upstream-git`, and `--ref` with `--upstream-git` only.
+#[derive(Debug, Args)]
+#[group(skip)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["upstream", "upstream_git"])))]
+pub struct UpstreamArgs {
+    /// New upstream: the crate directory or a checkout containing upstream.path.
+    #[arg(long, value_name = "DIR")]
+    pub upstream: Option<PathBuf>,
+    /// New upstream: a git repository URL (or path) to fetch `--ref` from.
+    #[arg(long, value_name = "URL", requires = "git_ref")]
+    pub upstream_git: Option<String>,
+    /// The branch, tag or commit of `--upstream-git`.
+    #[arg(
+        long = "ref",
+        value_name = "REF",
+        requires = "upstream_git",
+        conflicts_with = "upstream"
+    )]
+    pub git_ref: Option<String>,
+}
+
+impl TryFrom<UpstreamArgs> for UpstreamSource {
+    type Error = clap::Error;
+
+    /// The source the options name. The declarations above refuse every
+    /// other combination while parsing; this is clap's last word on one
+    /// that is built in code.
+    fn try_from(args: UpstreamArgs) -> Result<Self, clap::Error> {
+        match args {
+            UpstreamArgs {
+                upstream: Some(dir),
+                upstream_git: None,
+                git_ref: None,
+            } => Ok(UpstreamSource::Dir(dir)),
+            UpstreamArgs {
+                upstream: None,
+                upstream_git: Some(url),
+                git_ref: Some(rev),
+            } => Ok(UpstreamSource::Git { url, rev }),
+            _ => Err(clap::Error::raw(
+                clap::error::ErrorKind::ArgumentConflict,
+                "give either --upstream DIR or --upstream-git URL --ref REF\n",
+            )),
+        }
+    }
+}
+
+impl clap::Args for UpstreamSource {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        UpstreamArgs::augment_args(cmd)
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        UpstreamArgs::augment_args_for_update(cmd)
+    }
+}
+
+impl clap::FromArgMatches for UpstreamSource {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        UpstreamArgs::from_arg_matches(matches)?.try_into()
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
 }
 
 /// `retire` options.
@@ -176,4 +257,120 @@ pub struct RetireArgs {
     /// Retire as `dropped` by owner decision, with this reason.
     #[arg(long, value_name = "WHY")]
     pub owner_decision: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::error::ErrorKind;
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("buzz-fork").chain(args.iter().copied()))
+    }
+
+    fn ci(args: &[&str]) -> Result<CiArgs, ErrorKind> {
+        let args: Vec<&str> = std::iter::once("ci").chain(args.iter().copied()).collect();
+        match parse(&args).map_err(|e| e.kind())?.command {
+            Command::Ci(ci) => Ok(ci),
+            other => panic!("parsed as {}", other.name()),
+        }
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn ci_reads_its_upstream_as_a_directory_or_a_git_ref() {
+        assert_eq!(
+            ci(&["--upstream", "up"]).unwrap().upstream,
+            UpstreamSource::Dir("up".into())
+        );
+        let args = ci(&[
+            "--upstream-git",
+            "https://x/up.git",
+            "--ref",
+            "v1",
+            "--write",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.upstream,
+            UpstreamSource::Git {
+                url: "https://x/up.git".into(),
+                rev: "v1".into()
+            }
+        );
+        assert!(args.write);
+    }
+
+    #[test]
+    fn clap_refuses_every_other_upstream_combination() {
+        #[rustfmt::skip]
+        let refused: [(&[&str], ErrorKind); 6] = [
+            (&[], ErrorKind::MissingRequiredArgument),
+            (&["--upstream-git", "u"], ErrorKind::MissingRequiredArgument),
+            (&["--ref", "r"], ErrorKind::MissingRequiredArgument),
+            (&["--upstream", "d", "--ref", "r"], ErrorKind::ArgumentConflict),
+            (&["--upstream", "d", "--upstream-git", "u"], ErrorKind::ArgumentConflict),
+            (&["--upstream", "d", "--upstream-git", "u", "--ref", "r"], ErrorKind::ArgumentConflict),
+        ];
+        for (args, kind) in refused {
+            assert_eq!(ci(args).map(|a| a.upstream), Err(kind), "{args:?}");
+        }
+        let none = UpstreamArgs {
+            upstream: None,
+            upstream_git: None,
+            git_ref: None,
+        };
+        let err = UpstreamSource::try_from(none).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ArgumentConflict);
+        assert!(
+            err.to_string()
+                .contains("give either --upstream DIR or --upstream-git URL --ref REF"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn clap_reads_date_as_a_calendar_date() {
+        let args = ci(&["--upstream", "d", "--date", "2026-02-28"]).unwrap();
+        assert_eq!(args.date, Some(jiff::civil::date(2026, 2, 28)));
+        let commands: [&[&str]; 3] = [
+            &["ci", "--upstream", "d"],
+            &["sync", "--upstream", "d"],
+            &["refresh"],
+        ];
+        for command in commands {
+            for bad in ["2026-02-31", "yesterday", "2026-2-28"] {
+                let args = [command, &["--date", bad]].concat();
+                let err = parse(&args).map(|_| ()).unwrap_err();
+                assert_eq!(err.kind(), ErrorKind::ValueValidation, "{args:?}");
+                assert!(
+                    err.to_string().contains(&format!("\"{bad}\" is not")),
+                    "{err}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn clap_checks_verifys_options() {
+        let kind = |args: &[&str]| parse(args).map(|_| ()).map_err(|e| e.kind());
+        assert_eq!(
+            kind(&["verify", "--mutation-report", "r.md"]),
+            Err(ErrorKind::MissingRequiredArgument)
+        );
+        assert_eq!(
+            kind(&["verify", "--guard-jobs", "0"]),
+            Err(ErrorKind::ValueValidation)
+        );
+        assert_eq!(
+            kind(&["verify", "--mutation", "--mutation-report", "r.md"]),
+            Ok(())
+        );
+    }
 }

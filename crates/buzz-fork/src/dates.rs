@@ -3,7 +3,7 @@
 
 use jiff::civil::Date;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The one spelling of a date the registry and `--date` use.
 const FORMAT: &str = "%Y-%m-%d";
@@ -34,27 +34,27 @@ pub fn is_date(text: &str) -> bool {
     parse(text).is_ok()
 }
 
+/// `date` as `YYYY-MM-DD`.
+#[must_use]
+pub fn format(date: Date) -> String {
+    date.strftime(FORMAT).to_string()
+}
+
 /// Today's UTC date as `YYYY-MM-DD`.
 #[must_use]
 pub fn today() -> String {
-    jiff::Timestamp::now()
-        .to_zoned_datetime(jiff::tz::TimeZone::UTC)
-        .date()
-        .strftime(FORMAT)
-        .to_string()
+    format(
+        jiff::Timestamp::now()
+            .to_zoned_datetime(jiff::tz::TimeZone::UTC)
+            .date(),
+    )
 }
 
-/// The `--date` option, validated, or today.
-///
-/// # Errors
-/// [`Error::Usage`] for a malformed or impossible date.
-pub fn resolve(option: Option<&str>) -> Result<String> {
-    match option {
-        Some(d) => parse(d)
-            .map(|_| d.to_owned())
-            .map_err(|e| Error::Usage(format!("--date {e}"))),
-        None => Ok(today()),
-    }
+/// The `--date` option (clap has parsed it with [`parse`]) as `YYYY-MM-DD`,
+/// or today.
+#[must_use]
+pub fn or_today(option: Option<Date>) -> String {
+    option.map_or_else(today, format)
 }
 
 #[cfg(test)]
@@ -93,12 +93,8 @@ mod tests {
     }
 
     #[test]
-    fn resolve_names_the_option() {
-        let err = resolve(Some("2026-02-31")).unwrap_err().to_string();
-        assert!(
-            err.starts_with("--date \"2026-02-31\" is not a calendar date"),
-            "{err}"
-        );
-        assert_eq!(resolve(Some("2026-02-28")).unwrap(), "2026-02-28");
+    fn a_given_date_is_written_as_it_was_given() {
+        assert_eq!(or_today(Some(parse("2026-02-28").unwrap())), "2026-02-28");
+        assert_eq!(or_today(None), today());
     }
 }

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cargo::Cargo;
+use crate::cargo::{Cargo, TargetKind, is_library};
 use crate::error::Result;
 use crate::libtest;
 use crate::ui;
@@ -70,26 +70,19 @@ fn targets(cargo: &Cargo, package: &str) -> Result<Vec<Target>> {
     let mut out = Vec::new();
     let mut has_lib = false;
     for (kind, name) in cargo.package_targets(package)? {
-        let selection = match kind.as_str() {
-            "lib" | "rlib" | "proc-macro" | "cdylib" | "dylib" | "staticlib" => {
+        let (label, selection) = match kind {
+            TargetKind::Bin => (name.clone(), vec!["--bin".to_owned(), name]),
+            TargetKind::Test => (name.clone(), vec!["--test".to_owned(), name]),
+            kind if is_library(&kind) => {
                 if has_lib {
                     continue;
                 }
                 has_lib = true;
-                vec!["--lib".to_owned()]
+                ("lib".to_owned(), vec!["--lib".to_owned()])
             }
-            "bin" => vec!["--bin".to_owned(), name.clone()],
-            "test" => vec!["--test".to_owned(), name.clone()],
             _ => continue,
         };
-        out.push(Target {
-            label: if kind == "test" || kind == "bin" {
-                name
-            } else {
-                "lib".to_owned()
-            },
-            selection,
-        });
+        out.push(Target { label, selection });
     }
     if has_lib {
         out.push(Target {

@@ -879,7 +879,7 @@ fn an_upstream_that_fails_its_own_tests_is_upstream_broken_and_no_patch_is_blame
         series.problems,
         ["[tree] the whole test suite of the patched tree fails"]
     );
-    assert_eq!(series.rows[0].mutation, "ok: 1 killed");
+    assert_eq!(series.rows[0].mutation.to_string(), "ok: 1 killed");
     let md = std::fs::read_to_string(root.join("out/ci.md")).unwrap();
     assert!(
         md.contains("## Upstream's own tests (before the series): FAILED"),

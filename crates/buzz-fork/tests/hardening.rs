@@ -259,7 +259,10 @@ fn an_impossible_registry_date_is_refused() {
     let (code, _, err) = run_bin(&f.root, &["refresh", "--date", "2026-02-31"]);
     assert_eq!(code, 2);
     assert!(
-        err.starts_with("error: --date \"2026-02-31\" is not a calendar date"),
+        err.starts_with(
+            "error: invalid value '2026-02-31' for '--date <YYYY-MM-DD>': \
+             \"2026-02-31\" is not a calendar date"
+        ),
         "{err}"
     );
 }

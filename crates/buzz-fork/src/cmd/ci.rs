@@ -29,9 +29,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::cargo::Cargo;
-use crate::cli::{CiArgs, VerifyArgs};
+use crate::cli::{CiArgs, UpstreamSource, VerifyArgs};
 use crate::cmd::sync::{self, SyncResult, SyncRun, SyncStatus, UpstreamDir};
-use crate::cmd::verify::{self, VerifyRow};
+use crate::cmd::verify::{self, VerifyRow, WholeSuite};
 use crate::context::{Context, Outcome};
 use crate::error::{Error, Result};
 use crate::fsutil;
@@ -59,6 +59,16 @@ pub enum CiResult {
 }
 
 impl CiResult {
+    /// How the command ends: `no_update` and `ready` are success.
+    #[must_use]
+    pub fn outcome(self) -> Outcome {
+        match self {
+            CiResult::NoUpdate | CiResult::Ready => Outcome::Ok,
+            CiResult::Blocked => Outcome::Blocked,
+            CiResult::UpstreamBroken => Outcome::UpstreamBroken,
+        }
+    }
+
     /// The keyword the one-line summary starts with.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -80,7 +90,7 @@ pub struct CiVerify {
     /// Per patch results.
     pub rows: Vec<VerifyRow>,
     /// The whole-suite result.
-    pub suite: String,
+    pub suite: WholeSuite,
     /// Every problem verify reported.
     pub problems: Vec<String>,
     /// The mutation check's evidence, per guard.
@@ -198,9 +208,24 @@ impl CiReport {
 
 /// The new upstream, ready for `sync`.
 struct Fetched {
+    /// Where its tree is.
     dir: PathBuf,
+    /// The upstream as given, for the report.
     source: String,
+    /// The fetched commit (`--upstream-git` only).
     commit: Option<String>,
+}
+
+/// Step 1: the new upstream, from a directory or fetched from a git ref.
+fn get_upstream(ctx: &Context, source: &UpstreamSource) -> Result<Fetched> {
+    match source {
+        UpstreamSource::Dir(dir) => Ok(Fetched {
+            dir: fsutil::absolute(dir)?,
+            source: dir.display().to_string(),
+            commit: None,
+        }),
+        UpstreamSource::Git { url, rev } => fetch(ctx, url, rev),
+    }
 }
 
 /// Fetches `rev` of `url` into the work area and writes its tree to
@@ -340,20 +365,131 @@ fn upstream_tests(
     upstream_run::run(&cargo, &packages)
 }
 
+/// What a ready sync is adopted with, as `sync --write` records it.
+struct Adoption {
+    /// Upstream version (`--version`, or the crate manifest's).
+    version: Option<String>,
+    /// Upstream commit text (`--commit`, or the fetched commit id).
+    commit: Option<String>,
+    /// Last-Update of content changes.
+    date: String,
+}
+
+impl Adoption {
+    /// The options, with what the new upstream itself says for those not given.
+    fn new(args: &CiArgs, fetched: &Fetched, found: &UpstreamDir, registry: &Registry) -> Self {
+        Adoption {
+            version: args
+                .version
+                .clone()
+                .or_else(|| manifest_version(found, registry)),
+            commit: args.commit.clone().or_else(|| fetched.commit.clone()),
+            date: crate::dates::or_today(args.date),
+        }
+    }
+
+    /// The version the summary line names.
+    fn label(&self) -> &str {
+        self.version.as_deref().unwrap_or("(unnamed)")
+    }
+
+    /// Writes the adopted sync into the repository copy at `dest`.
+    fn adopt_into(
+        &self,
+        ctx: &Context,
+        registry: &Registry,
+        run: &SyncRun,
+        dest: &Path,
+    ) -> Result<()> {
+        sync::adopt(
+            ctx,
+            registry,
+            run,
+            self.version.as_deref(),
+            self.commit.as_deref(),
+            &self.date,
+            dest,
+        )?;
+        Ok(())
+    }
+
+    /// Adopts the sync in the repository itself (`sync --write`).
+    fn write(&self, ctx: &Context, registry: &Registry, run: &SyncRun) -> Result<()> {
+        sync::write(
+            ctx,
+            registry,
+            run,
+            self.version.as_deref(),
+            self.commit.as_deref(),
+            &self.date,
+        )?;
+        Ok(())
+    }
+}
+
+/// What the candidate copy showed: upstream's own tests, and the synced
+/// series' `verify --mutation` (when the sync was ready).
+struct CandidateRun {
+    /// The services the tests got.
+    services: Vec<String>,
+    /// Upstream's own tests, before any patch is applied.
+    upstream: UpstreamRun,
+    /// `verify --mutation` of the synced series.
+    verify: Option<CiVerify>,
+}
+
+impl CandidateRun {
+    /// The verdict: upstream first, then the synced series.
+    fn verdict(&self) -> CiResult {
+        if self.upstream.is_broken() {
+            CiResult::UpstreamBroken
+        } else if self.verify.as_ref().is_some_and(|v| v.passed) {
+            CiResult::Ready
+        } else {
+            CiResult::Blocked
+        }
+    }
+}
+
+/// Steps 3 and 4, for an upstream that differs from the baseline: with the
+/// services the registry asks for, in a fresh candidate copy of the
+/// repository, upstream's own tests, then (when nothing blocks the sync)
+/// `verify --mutation` of the synced series. The services stop on return.
+fn test_candidate(
+    ctx: &Context,
+    registry: &Registry,
+    run: &SyncRun,
+    adoption: &Adoption,
+) -> Result<CandidateRun> {
+    let services = Services::provide(registry, &ctx.layout.work)?;
+    let candidate = candidate_context(ctx, &fresh_candidate(ctx)?)?;
+    // Upstream first: its own tests, before any patch is applied.
+    let upstream = upstream_tests(ctx, registry, run, &candidate, &services)?;
+    let verify = if run.report.result == SyncResult::Ready {
+        Some(verify_candidate(
+            ctx, registry, run, adoption, &candidate, &services,
+        )?)
+    } else {
+        None
+    };
+    Ok(CandidateRun {
+        services: services.describe(),
+        upstream,
+        verify,
+    })
+}
+
 /// Adopts `run` into the candidate copy of the repository and runs
 /// `verify --mutation` there.
-#[allow(clippy::too_many_arguments)]
 fn verify_candidate(
     ctx: &Context,
     registry: &Registry,
     run: &SyncRun,
-    version: Option<&str>,
-    commit: Option<&str>,
-    date: &str,
+    adoption: &Adoption,
     candidate: &Context,
     services: &Services,
 ) -> Result<CiVerify> {
-    sync::adopt(ctx, registry, run, version, commit, date, &candidate.root)?;
+    adoption.adopt_into(ctx, registry, run, &candidate.root)?;
     ui::step(&format!(
         "verify --mutation of the synced series in {}",
         candidate.root.display()
@@ -377,159 +513,271 @@ fn verify_candidate(
     })
 }
 
-/// `scripts/fork ci`.
-///
-/// # Errors
-/// Usage and environment errors (exit 2), an edited baseline or a series
-/// `check` refuses (exit 1).
-pub fn run(ctx: &Context, args: &CiArgs) -> Result<Outcome> {
-    let registry = ctx.registry()?;
-    let date = crate::dates::resolve(args.date.as_deref())?;
-    let fetched = match (&args.upstream, &args.upstream_git, &args.git_ref) {
-        (Some(dir), None, None) => Fetched {
-            dir: fsutil::absolute(dir)?,
-            source: dir.display().to_string(),
-            commit: None,
-        },
-        (None, Some(url), Some(rev)) => fetch(ctx, url, rev)?,
-        _ => {
-            return Err(Error::Usage(
-                "give either --upstream DIR or --upstream-git URL --ref REF".into(),
-            ));
+/// What the series line of the summary says: why the sync blocks, or how
+/// the synced series did in `verify --mutation`.
+fn series_line(sync: &sync::SyncReport, verify: Option<&CiVerify>) -> String {
+    match verify {
+        None => blockers(sync),
+        Some(v) if v.passed => format!("{}; verify --mutation passed", status_counts(sync)),
+        Some(v) => {
+            let first = v.problems.first().cloned().unwrap_or_default();
+            let more = match v.problems.len().saturating_sub(1) {
+                0 => String::new(),
+                n => format!(" (+{n} more)"),
+            };
+            format!("the synced series fails verify --mutation: {first}{more}")
         }
+    }
+}
+
+/// The one line `ci` prints: the verdict's keyword, the version, and why.
+fn summary_line(
+    result: CiResult,
+    label: &str,
+    sync: &sync::SyncReport,
+    tested: Option<&CandidateRun>,
+    written: bool,
+) -> String {
+    let keyword = result.as_str();
+    let Some(tested) = tested else {
+        return format!(
+            "{keyword} {label}: upstream equals the baseline ({} {})",
+            sync.upstream.crate_name, sync.upstream.old_version
+        );
     };
-    let found = sync::upstream_dir(&fetched.dir, &registry)?;
-    let version = args
-        .version
-        .clone()
-        .or_else(|| manifest_version(&found, &registry));
-    let commit = args.commit.clone().or_else(|| fetched.commit.clone());
-    let run = sync::compute_from(ctx, &registry, &found, version.as_deref())?;
-    let label = version.clone().unwrap_or_else(|| "(unnamed)".to_owned());
-    let mut verify = None;
-    let mut written = false;
-    let mut upstream_tests_run = None;
-    let mut services_used = Vec::new();
-    let (result, summary) = if run.report.result == SyncResult::NoUpdate {
-        (
-            CiResult::NoUpdate,
-            format!(
-                "no_update {label}: upstream equals the baseline ({} {})",
-                registry.upstream.crate_name, registry.upstream.version
-            ),
-        )
+    let series = series_line(sync, tested.verify.as_ref());
+    if result == CiResult::UpstreamBroken {
+        return format!(
+            "{keyword} {label}: upstream fails its own tests before any patch is applied: {}; \
+             no patch is blamed (the series: {series})",
+            tested.upstream.summary()
+        );
+    }
+    let flaky = if tested.upstream.flaky.is_empty() {
+        String::new()
     } else {
-        let services = Services::provide(&registry, &ctx.layout.work)?;
-        services_used = services.describe();
-        let candidate = candidate_context(ctx, &fresh_candidate(ctx)?)?;
-        // Upstream first: its own tests, before any patch is applied.
-        let upstream = upstream_tests(ctx, &registry, &run, &candidate, &services)?;
-        let checked = if run.report.result == SyncResult::Ready {
-            Some(verify_candidate(
-                ctx,
-                &registry,
-                &run,
-                version.as_deref(),
-                commit.as_deref(),
-                &date,
-                &candidate,
-                &services,
-            )?)
-        } else {
-            None
-        };
-        drop(services);
-        let series = match &checked {
-            None => blockers(&run.report),
-            Some(v) if v.passed => {
-                format!("{}; verify --mutation passed", status_counts(&run.report))
-            }
-            Some(v) => {
-                let first = v.problems.first().cloned().unwrap_or_default();
-                let more = v.problems.len().saturating_sub(1);
-                format!(
-                    "the synced series fails verify --mutation: {first}{}",
-                    if more > 0 {
-                        format!(" (+{more} more)")
-                    } else {
-                        String::new()
-                    }
-                )
-            }
-        };
-        let flaky = if upstream.flaky.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "; upstream's own tests were flaky: {}",
-                upstream.flaky.join(", ")
-            )
-        };
-        let verdict = if upstream.is_broken() {
-            (
-                CiResult::UpstreamBroken,
-                format!(
-                    "upstream-broken {label}: upstream fails its own tests before any patch is applied: {}; \
-                     no patch is blamed (the series: {series})",
-                    upstream.summary()
-                ),
-            )
-        } else if checked.as_ref().is_some_and(|v| v.passed) {
-            if args.write {
-                sync::write(
-                    ctx,
-                    &registry,
-                    &run,
-                    version.as_deref(),
-                    commit.as_deref(),
-                    &date,
-                )?;
-                written = true;
-            }
-            (
-                CiResult::Ready,
-                format!(
-                    "ready {label}: {series}{flaky}{}",
-                    if written { "; adopted (--write)" } else { "" }
-                ),
-            )
-        } else {
-            (
-                CiResult::Blocked,
-                format!("blocked {label}: {series}{flaky}"),
-            )
-        };
-        verify = checked;
-        upstream_tests_run = Some(upstream);
-        verdict
+        format!(
+            "; upstream's own tests were flaky: {}",
+            tested.upstream.flaky.join(", ")
+        )
     };
-    let report = CiReport {
-        result,
-        summary: summary.clone(),
-        source: fetched.source,
-        upstream_commit: fetched.commit,
-        services: services_used,
-        upstream_tests: upstream_tests_run,
-        sync: run.report.clone(),
-        verify,
-        written,
-    };
-    let report_path = args
-        .report
-        .clone()
-        .unwrap_or_else(|| ctx.layout.ci_dir().join("report.json"));
+    let adopted = if written { "; adopted (--write)" } else { "" };
+    format!("{keyword} {label}: {series}{flaky}{adopted}")
+}
+
+/// Step 5: writes the report (JSON, Markdown, range-diff), prints the sync
+/// table and the files on stderr, and the one line on stdout.
+fn publish(ctx: &Context, path: Option<&Path>, report: &CiReport, run: &SyncRun) -> Result<()> {
+    let path = path.map_or_else(
+        || ctx.layout.ci_dir().join("report.json"),
+        Path::to_path_buf,
+    );
     let files = sync::write_report(
-        &report_path,
+        &path,
         &report.to_json(),
         &report.to_markdown(),
         &run.range_diff,
     )?;
     ui::note(&run.report.to_table());
     ui::note(&files.listing());
-    ui::report(&format!("{summary}\n"));
-    Ok(match result {
-        CiResult::NoUpdate | CiResult::Ready => Outcome::Ok,
-        CiResult::Blocked => Outcome::Blocked,
-        CiResult::UpstreamBroken => Outcome::UpstreamBroken,
-    })
+    ui::report(&format!("{}\n", report.summary));
+    Ok(())
+}
+
+/// The report of a run: the verdict, its one line, and what they rest on.
+fn conclude(
+    result: CiResult,
+    adoption: &Adoption,
+    fetched: Fetched,
+    sync: &sync::SyncReport,
+    tested: Option<CandidateRun>,
+    written: bool,
+) -> CiReport {
+    let summary = summary_line(result, adoption.label(), sync, tested.as_ref(), written);
+    let (services, upstream_tests, verify) = match tested {
+        None => (Vec::new(), None, None),
+        Some(t) => (t.services, Some(t.upstream), t.verify),
+    };
+    CiReport {
+        result,
+        summary,
+        source: fetched.source,
+        upstream_commit: fetched.commit,
+        services,
+        upstream_tests,
+        sync: sync.clone(),
+        verify,
+        written,
+    }
+}
+
+/// `scripts/fork ci`: the steps of the module's documentation, in order
+/// (step 6, the `--write` adoption of a ready result, comes before the
+/// report, which records it).
+///
+/// # Errors
+/// Usage and environment errors (exit 2), an edited baseline or a series
+/// `check` refuses (exit 1).
+pub fn run(ctx: &Context, args: &CiArgs) -> Result<Outcome> {
+    let registry = ctx.registry()?;
+    let fetched = get_upstream(ctx, &args.upstream)?;
+    let found = sync::upstream_dir(&fetched.dir, &registry)?;
+    let adoption = Adoption::new(args, &fetched, &found, &registry);
+    let run = sync::compute_from(ctx, &registry, &found, adoption.version.as_deref())?;
+    let tested = match run.report.result {
+        SyncResult::NoUpdate => None,
+        SyncResult::Ready | SyncResult::Blocked => {
+            Some(test_candidate(ctx, &registry, &run, &adoption)?)
+        }
+    };
+    let result = tested
+        .as_ref()
+        .map_or(CiResult::NoUpdate, CandidateRun::verdict);
+    let written = args.write && result == CiResult::Ready;
+    if written {
+        adoption.write(ctx, &registry, &run)?;
+    }
+    let report = conclude(result, &adoption, fetched, &run.report, tested, written);
+    publish(ctx, args.report.as_deref(), &report, &run)?;
+    Ok(result.outcome())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::sync::{PatchReport, SyncReport, UpstreamReport};
+
+    fn sync_report(statuses: &[(&str, SyncStatus)]) -> SyncReport {
+        SyncReport {
+            upstream: UpstreamReport {
+                repository: "owner/up".into(),
+                crate_name: "up".into(),
+                path: "crates/up".into(),
+                old_version: "0.9.0".into(),
+                new_version: Some("0.9.1".into()),
+                old_tree: "a".repeat(40),
+                new_tree: "b".repeat(40),
+            },
+            patches: statuses
+                .iter()
+                .map(|(id, status)| PatchReport {
+                    id: (*id).into(),
+                    status: *status,
+                    files: vec!["crates/up/src/pool.rs".into()],
+                    hunks: Vec::new(),
+                    detail: None,
+                })
+                .collect(),
+            result: if statuses.iter().any(|(_, s)| s.blocks()) {
+                SyncResult::Blocked
+            } else {
+                SyncResult::Ready
+            },
+        }
+    }
+
+    fn verified(problems: &[&str]) -> CiVerify {
+        CiVerify {
+            passed: problems.is_empty(),
+            rows: Vec::new(),
+            suite: WholeSuite::Passed {
+                left_to_root: Vec::new(),
+            },
+            problems: problems.iter().map(|p| (*p).to_owned()).collect(),
+            mutation: None,
+        }
+    }
+
+    fn tested(upstream: UpstreamRun, verify: Option<CiVerify>) -> CandidateRun {
+        CandidateRun {
+            services: Vec::new(),
+            upstream,
+            verify,
+        }
+    }
+
+    /// The verdict and the line for one candidate run.
+    fn line(sync: &SyncReport, run: Option<&CandidateRun>, write: bool) -> (CiResult, String) {
+        let result = run.map_or(CiResult::NoUpdate, CandidateRun::verdict);
+        let written = write && result == CiResult::Ready;
+        (result, summary_line(result, "0.9.1", sync, run, written))
+    }
+
+    #[test]
+    fn each_verdict_has_its_line() {
+        let ready = sync_report(&[("a", SyncStatus::Exact), ("b", SyncStatus::Offset)]);
+        assert_eq!(
+            line(&ready, None, false),
+            (
+                CiResult::NoUpdate,
+                "no_update 0.9.1: upstream equals the baseline (up 0.9.0)".to_owned()
+            )
+        );
+        let passed = tested(UpstreamRun::default(), Some(verified(&[])));
+        assert_eq!(
+            line(&ready, Some(&passed), true),
+            (
+                CiResult::Ready,
+                "ready 0.9.1: 1 exact, 1 offset; verify --mutation passed; adopted (--write)"
+                    .to_owned()
+            )
+        );
+        let flaky = tested(
+            UpstreamRun {
+                flaky: vec!["up::t::sometimes".into()],
+                ..UpstreamRun::default()
+            },
+            Some(verified(&[])),
+        );
+        assert_eq!(
+            line(&ready, Some(&flaky), false).1,
+            "ready 0.9.1: 1 exact, 1 offset; verify --mutation passed; \
+             upstream's own tests were flaky: up::t::sometimes"
+        );
+        let failing = tested(
+            UpstreamRun::default(),
+            Some(verified(&["[a] x", "[b] y", "[b] z"])),
+        );
+        assert_eq!(
+            line(&ready, Some(&failing), true),
+            (
+                CiResult::Blocked,
+                "blocked 0.9.1: the synced series fails verify --mutation: [a] x (+2 more)"
+                    .to_owned()
+            )
+        );
+        let conflict = sync_report(&[("a", SyncStatus::Conflict), ("b", SyncStatus::Exact)]);
+        assert_eq!(
+            line(&conflict, Some(&tested(UpstreamRun::default(), None)), true),
+            (
+                CiResult::Blocked,
+                "blocked 0.9.1: a conflict in crates/up/src/pool.rs".to_owned()
+            )
+        );
+    }
+
+    #[test]
+    fn a_broken_upstream_is_the_verdict_whatever_the_series_does() {
+        let ready = sync_report(&[("a", SyncStatus::Exact)]);
+        let broken = tested(
+            UpstreamRun {
+                broken: vec!["up::t::x".into()],
+                ..UpstreamRun::default()
+            },
+            Some(verified(&[])),
+        );
+        assert_eq!(
+            line(&ready, Some(&broken), true),
+            (
+                CiResult::UpstreamBroken,
+                "upstream-broken 0.9.1: upstream fails its own tests before any patch is applied: \
+                 fails up::t::x; no patch is blamed (the series: 1 exact; verify --mutation passed)"
+                    .to_owned()
+            )
+        );
+        assert_eq!(CiResult::UpstreamBroken.outcome(), Outcome::UpstreamBroken);
+        assert_eq!(CiResult::Blocked.outcome(), Outcome::Blocked);
+        assert_eq!(CiResult::Ready.outcome(), Outcome::Ok);
+        assert_eq!(CiResult::NoUpdate.outcome(), Outcome::Ok);
+    }
 }

@@ -362,7 +362,7 @@ pub fn plan(ctx: &Context, registry: &Registry, date: &str) -> Result<(Export, b
 /// See [`plan`]; a work tree with uncommitted changes.
 pub fn run(ctx: &Context, args: &RefreshArgs) -> Result<Outcome> {
     let registry = ctx.registry()?;
-    let date = crate::dates::resolve(args.date.as_deref())?;
+    let date = crate::dates::or_today(args.date);
     let (export, dirty) = plan(ctx, &registry, &date)?;
     if args.dry_run {
         ui::report(&export.render(true));

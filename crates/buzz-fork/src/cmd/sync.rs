@@ -934,7 +934,7 @@ pub fn write(
 /// See [`compute`]; write failures.
 pub fn run(ctx: &Context, args: &SyncArgs) -> Result<Outcome> {
     let registry = ctx.registry()?;
-    let date = crate::dates::resolve(args.date.as_deref())?;
+    let date = crate::dates::or_today(args.date);
     let upstream = fsutil::absolute(&args.upstream)?;
     let run = compute(ctx, &registry, &upstream, args.version.as_deref())?;
     let report_path = match &args.report {

@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::cargo::{Cargo, TestBinaries, TestRun, compare_locks};
+use crate::cargo::{Cargo, TargetKind, TestBinaries, TestRun, compare_locks, is_library};
 use crate::cli::VerifyArgs;
 use crate::cmd::apply::{Applied, Force, apply};
 use crate::context::{Context, Outcome};
@@ -55,29 +55,20 @@ use crate::tree;
 use crate::ui::{self, Table};
 use crate::workarea::{self, Series};
 
-/// One row of the verify report.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VerifyRow {
-    /// Patch id.
-    pub id: String,
-    /// Prefix build result.
-    pub prefix: String,
-    /// Guard test result at the prefix.
-    pub guards: String,
-    /// Defect tests result.
-    pub defects: String,
-    /// Mutation check result.
-    pub mutation: String,
-}
+mod row;
+
+pub use row::{
+    CellParseError, DefectRun, DefectTests, GuardVerdicts, MutationCheck, PrefixBuild,
+    PrefixGuards, RunTally, VerifyRow, WholeSuite,
+};
 
 /// The verify report.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct VerifyReport {
     /// Per patch rows.
     pub rows: Vec<VerifyRow>,
     /// Whole-suite result.
-    pub suite: String,
+    pub suite: WholeSuite,
     /// Problems found.
     pub problems: Vec<String>,
     /// The services the tests got (`started PostgreSQL at …`).
@@ -94,13 +85,7 @@ impl VerifyReport {
     pub fn render(&self) -> String {
         let mut t = Table::new(&["id", "prefix build", "guards", "defects", "mutation"]);
         for r in &self.rows {
-            t.row(vec![
-                r.id.clone(),
-                r.prefix.clone(),
-                r.guards.clone(),
-                r.defects.clone(),
-                r.mutation.clone(),
-            ]);
+            t.row(r.cells());
         }
         let mut out = if t.is_empty() {
             "series is empty\n".to_owned()
@@ -140,21 +125,6 @@ fn guard_refs(registry: &Registry, entry: &PatchEntry) -> Vec<TestRef> {
 
 fn guard_name(t: &TestRef) -> String {
     format!("{}::{}", t.target, t.name)
-}
-
-fn summarize(results: &[(String, TestRun)]) -> String {
-    if results.is_empty() {
-        return "none".into();
-    }
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for (_, o) in results {
-        *counts.entry(o.label()).or_default() += 1;
-    }
-    counts
-        .iter()
-        .map(|(k, v)| format!("{v} {k}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// Groups test references by (package, target).
@@ -215,23 +185,23 @@ fn whole_suite(cargo: &Cargo, defects: &[TestRef], unchanged: &BTreeSet<String>)
         let mut any = false;
         let mut has_lib = false;
         for (kind, name) in &targets {
-            match kind.as_str() {
-                "lib" | "rlib" | "proc-macro" | "cdylib" | "dylib" | "staticlib" => {
+            match kind {
+                TargetKind::Bin => {
+                    sel.push("--bin".into());
+                    sel.push(name.clone());
+                    any = true;
+                }
+                TargetKind::Test if !defect_targets.contains(name.as_str()) => {
+                    sel.push("--test".into());
+                    sel.push(name.clone());
+                    any = true;
+                }
+                kind if is_library(kind) => {
                     has_lib = true;
                     if !defect_targets.contains("lib") && !sel.contains(&"--lib".to_owned()) {
                         sel.push("--lib".into());
                         any = true;
                     }
-                }
-                "bin" => {
-                    sel.push("--bin".into());
-                    sel.push(name.clone());
-                    any = true;
-                }
-                "test" if !defect_targets.contains(name.as_str()) => {
-                    sel.push("--test".into());
-                    sel.push(name.clone());
-                    any = true;
                 }
                 _ => {}
             }
@@ -572,11 +542,11 @@ impl Run<'_> {
         for &i in &job.prefix_of {
             let id = self.active[i].id.to_string();
             if built {
-                self.report.rows[i].prefix = "ok".into();
+                self.report.rows[i].prefix = PrefixBuild::Builds;
                 runs.push((i, Role::With(WithPatch::Prefix)));
             } else {
-                self.report.rows[i].prefix = "FAIL".into();
-                self.report.rows[i].guards = "not run".into();
+                self.report.rows[i].prefix = PrefixBuild::DoesNotBuild;
+                self.report.rows[i].guards = PrefixGuards::NotRun;
                 self.problem(format!("[{id}] the tree up to this patch does not build"));
             }
         }
@@ -617,7 +587,8 @@ impl Run<'_> {
             match role {
                 Role::With(source) => {
                     if source == WithPatch::Prefix {
-                        self.report.rows[i].guards = summarize(&mine);
+                        self.report.rows[i].guards =
+                            PrefixGuards::Ran(RunTally::of(mine.iter().map(|(_, run)| run)));
                     }
                     for (name, run) in &mine {
                         if *run != TestRun::Passed {
@@ -648,7 +619,7 @@ impl Run<'_> {
     /// pinned defect test fails on its own.
     fn whole_tree(&mut self, cargo: Option<&Cargo>) -> Result<()> {
         let Some(cargo) = cargo else {
-            self.report.suite = "not run (the tree does not build)".into();
+            self.report.suite = WholeSuite::NotRun;
             self.problem("[tree] the patched tree does not build".into());
             return Ok(());
         };
@@ -688,36 +659,33 @@ impl Run<'_> {
         let ok = whole_suite(cargo, &refs, &unchanged)?;
         self.timings
             .push("whole tree: test suite".to_owned(), started.elapsed());
-        self.report.suite = match (ok, unchanged.len()) {
-            (false, _) => "FAILED".into(),
-            (true, 0) => "passed".into(),
-            (true, n) => format!(
-                "passed ({n} package(s) built as in the root workspace left to its tests: {})",
-                unchanged.iter().cloned().collect::<Vec<_>>().join(", ")
-            ),
+        self.report.suite = if ok {
+            WholeSuite::Passed {
+                left_to_root: unchanged.into_iter().collect(),
+            }
+        } else {
+            WholeSuite::Failed
         };
         if !ok {
             self.problem("[tree] the whole test suite of the patched tree fails".into());
         }
         // Defect tests alone: each must fail now that its fix is applied.
         let started = Instant::now();
-        let mut per_patch: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut per_patch: BTreeMap<String, Vec<DefectRun>> = BTreeMap::new();
         for (id, t) in &defects {
             let name = format!("{}::{}::{}", t.package, t.target, t.name);
-            let verdict = match cargo.run_test(t)? {
-                TestRun::Failed { .. } => "fails as expected".to_owned(),
-                TestRun::Passed => {
-                    self.problem(format!(
-                        "[{id}] defect test {name} still passes: the patch does not fix the pinned defect"
-                    ));
-                    "STILL PASSES".to_owned()
+            let run = cargo.run_test(t)?;
+            let defect = DefectRun::from(&run);
+            match defect {
+                DefectRun::FailsAsExpected => {}
+                DefectRun::StillPasses => self.problem(format!(
+                    "[{id}] defect test {name} still passes: the patch does not fix the pinned defect"
+                )),
+                DefectRun::CompileFailed | DefectRun::NotFound => {
+                    self.problem(format!("[{id}] defect test {name} {}", run.label()));
                 }
-                other => {
-                    self.problem(format!("[{id}] defect test {name} {}", other.label()));
-                    other.label().to_uppercase()
-                }
-            };
-            per_patch.entry(id.clone()).or_default().push(verdict);
+            }
+            per_patch.entry(id.clone()).or_default().push(defect);
         }
         if !defects.is_empty() {
             self.timings.push(
@@ -726,8 +694,8 @@ impl Run<'_> {
             );
         }
         for row in &mut self.report.rows {
-            if let Some(v) = per_patch.get(&row.id) {
-                row.defects = v.join(", ");
+            if let Some(runs) = per_patch.remove(&row.id) {
+                row.defects = DefectTests::Ran(runs);
             }
         }
         Ok(())
@@ -776,7 +744,7 @@ impl Run<'_> {
             });
         }
         for (row, patch) in self.report.rows.iter_mut().zip(&evidence.patches) {
-            row.mutation = patch.cell();
+            row.mutation = MutationCheck::from(patch);
         }
         for patch in &evidence.patches {
             let from_prefix = self
@@ -845,17 +813,7 @@ pub fn verify(ctx: &Context, args: &VerifyArgs, services: &Services) -> Result<V
     let active: Vec<&PatchEntry> = registry.active().collect();
     let rows = active
         .iter()
-        .map(|entry| VerifyRow {
-            id: entry.id.to_string(),
-            prefix: "skipped".into(),
-            guards: "skipped".into(),
-            defects: if entry.fixes_defects.is_empty() {
-                "none".into()
-            } else {
-                "not run".into()
-            },
-            mutation: "not run".into(),
-        })
+        .map(|entry| VerifyRow::not_run(entry.id.to_string(), !entry.fixes_defects.is_empty()))
         .collect();
     let mut run = Run {
         ctx,
@@ -866,8 +824,11 @@ pub fn verify(ctx: &Context, args: &VerifyArgs, services: &Services) -> Result<V
         repo: workarea::open_repo(&ctx.git, &ctx.layout)?,
         report: VerifyReport {
             rows,
+            suite: WholeSuite::NotRun,
+            problems: Vec::new(),
             services: services.describe(),
-            ..VerifyReport::default()
+            mutation: None,
+            mutation_files: None,
         },
         with_patch: BTreeMap::new(),
         without_patch: BTreeMap::new(),
