@@ -20,7 +20,7 @@
 //! | [`disabled`] | [`DisabledStore`]: resume switched off; every write says it was not written |
 //! | [`config`] | [`StoreArgs`] (flags), [`StoreConfig`] and [`open`]; [`open_backend`] for operators' tools |
 //! | [`migrate`] | the one-time import of the old JSON file, kept as a backup |
-//! | [`error`] | [`StoreError`], shared by every store |
+//! | [`error`] | [`StoreError`], shared by every store, and [`StoreError::healing`]: whether a failure will pass or needs an operator ([`Healing`], [`PermanentReason`]) |
 //!
 //! Private: `row` (the functional core of the SQL backends: rows, and the rules applied to their
 //! columns), `schema` (the schema line and its additive revisions), `legacy` (the old JSON format,
@@ -63,7 +63,7 @@ pub use config::{
     open_with_report, store_scopes,
 };
 pub use disabled::DisabledStore;
-pub use error::StoreError;
+pub use error::{Healing, PermanentReason, StoreError};
 pub use key::{KeyError, KeyScheme, ScopeKey, StoreScope};
 pub use migrate::Migration;
 pub use pg::{DEFAULT_CALL_TIMEOUT, PgOptions, PgStore};

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use buzz_session_store::{
-    Backend, CommitOutcome, KeyScheme, PgStore, ReceiptStore, StoreError, UnixMillis,
+    Backend, CommitOutcome, Healing, KeyScheme, PgStore, ReceiptStore, StoreError, UnixMillis,
 };
 use contract::{Medium, commit, put_new, scope, thread};
 
@@ -97,6 +97,7 @@ fn a_server_that_is_not_there_is_a_clear_error_not_a_hang() {
         err.to_string().contains(&dir.path().display().to_string()),
         "{err}"
     );
+    assert_eq!(err.healing(), Healing::Transient, "{err}");
 }
 
 #[test]
