@@ -241,11 +241,13 @@ fn a_follow_up_whose_receipt_cannot_be_read_goes_on_in_a_new_session_that_become
 }
 
 /// A replayed write never overwrites a receipt another harness wrote meanwhile. The database
-/// stays up; only the harness's own role may no longer log in (`ALTER ROLE … NOLOGIN`), so the
-/// store is unavailable to the harness alone and the other writer goes first, deterministically.
-/// The harness answers A's follow-up from a new session (its receipt cannot be read) and queues
-/// that session's receipt; another harness records a newer session for A; the harness's role may
-/// log in again; its replay is refused, and the other harness's receipt stays.
+/// stays up; only the harness's own role may no longer log in (`ALTER ROLE … NOLOGIN`, and its
+/// connections are ended), so the store is unavailable to the harness alone and the other writer
+/// goes first, deterministically. A refusal that lasts met by a running harness does not stop
+/// it: it records the refusal (`store_health` with its reason) and goes on serving. It answers
+/// A's follow-up from a new session (its receipt cannot be read) and queues that session's
+/// receipt; another harness records a newer session for A; the harness's role may log in again;
+/// its replay is refused, and the other harness's receipt stays.
 #[test]
 fn a_replayed_write_never_overwrites_a_receipt_another_harness_wrote_meanwhile() {
     let pg = pg_server();
@@ -262,8 +264,21 @@ fn a_replayed_write_never_overwrites_a_receipt_another_harness_wrote_meanwhile()
     let first = session_order(&wire(&s))[0].clone();
     wait_stored(|| pg_receipts(&admin, &s), &first);
 
-    sql(&admin, "ALTER ROLE harness NOLOGIN;");
+    // The harness starts with its store answering (a store that refuses a starting harness for
+    // good stops it: see the last scenario); then its role is locked out under it.
+    let earlier = store_health(&s).len();
     let harness = start_with(&s, &[store_at(&url), store_wait_secs("2")]);
+    let _ = wait_until(CATCH_UP, || (store_health(&s).len() > earlier).then_some(()));
+    assert_eq!(
+        store_health(&s)[earlier..],
+        [true],
+        "the store answered the harness"
+    );
+    sql(
+        &admin,
+        "ALTER ROLE harness NOLOGIN; \
+         SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'harness';",
+    );
     let q = s.post_reply(&root, &r1, "what did I say?").unwrap();
     let rq = wait_answer(&s, &q);
     assert_eq!(
@@ -273,6 +288,16 @@ fn a_replayed_write_never_overwrites_a_receipt_another_harness_wrote_meanwhile()
     );
     assert_eq!(notices_in_thread(&s, &root).len(), 1, "one notice");
     let mine = session_order(&wire(&s))[1].clone();
+    let refusals: Vec<serde_json::Value> = s
+        .observer_records("store_health")
+        .iter()
+        .map(|r| r["refusal"].clone())
+        .collect();
+    assert_eq!(
+        refusals.last(),
+        Some(&serde_json::json!("role_not_admitted")),
+        "the running harness says the store refuses it for good, and why: {refusals:?}"
+    );
 
     // Another harness sharing the database records a newer session for the thread.
     let stored = pg_receipts(&admin, &s)
@@ -545,4 +570,75 @@ fn ledger_commits_queued_while_the_database_is_frozen_land_as_the_threads_latest
         a_session
     );
     harness.stop();
+}
+
+/// A store that refuses the harness for a reason that lasts is a misconfiguration, not an
+/// outage: a database that does not exist, or a server whose certificate does not verify against
+/// the CA the URL names (`sslmode=verify-full`). The harness does not start: it exits non-zero
+/// with the reason, before it answers anything — rather than serve without receipts and exit 0
+/// while every thread loses its earlier session at each restart.
+#[test]
+fn a_store_that_refuses_the_harness_for_good_stops_it_at_startup_with_the_reason() {
+    let pg = pg_server_with(pg_fixture::Options {
+        tcp: true,
+        tls: true,
+    });
+    let tls = pg.tls().expect("the fixture serves TLS");
+    let missing_database = pg.url().replace("@/postgres?", "@/buzz_no_such_database?");
+    assert_ne!(missing_database, pg.url());
+    let untrusted_ca = pg
+        .tcp_url(
+            "localhost",
+            &format!(
+                "sslmode=verify-full&sslrootcert={}",
+                tls.other_ca_cert.display()
+            ),
+        )
+        .expect("a TCP URL");
+    let cases = [
+        (missing_database.as_str(), "does not exist"),
+        (untrusted_ca.as_str(), "certificate failed verification"),
+    ];
+    for (url, reason) in cases {
+        let (_dir, mut s) = scenario();
+        let root = s.post_top("remember alpha-7301").unwrap();
+        let out = command(&s, &[store_at(url)])
+            .arg("--once")
+            .output()
+            .expect("run buzz-acp");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "the harness must not start on {url}; it exited with {}:\n{stderr}",
+            out.status
+        );
+        assert!(
+            stderr.contains("refuses this harness") && stderr.contains(reason),
+            "the error names the refusal ({reason}):\n{stderr}"
+        );
+        assert_eq!(answer_to(&s, &root.id), None, "nothing was answered");
+        assert!(
+            !s.wire_log.exists() || wire(&s).is_empty(),
+            "no agent was started"
+        );
+    }
+    // The same server, reached as configured, serves: the refusals were the URLs'.
+    let (_dir, mut s) = scenario();
+    let trusted = pg
+        .tcp_url(
+            "localhost",
+            &format!("sslmode=verify-full&sslrootcert={}", tls.ca_cert.display()),
+        )
+        .expect("a TCP URL");
+    let root = s.post_top("remember alpha-7301").unwrap();
+    let out = command(&s, &[store_at(&trusted)])
+        .arg("--once")
+        .output()
+        .expect("run buzz-acp");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(answer_to(&s, &root.id).is_some());
 }

@@ -133,7 +133,8 @@ impl Drop for Background {
     }
 }
 
-fn command(s: &Scenario, env: &[(&str, &str)]) -> Command {
+/// The harness's command line for `s` with `env` added to its environment.
+pub fn command(s: &Scenario, env: &[(&str, &str)]) -> Command {
     let mut cmd = s.harness_command(&harness_bin(), &agent(s, &[]), &[]);
     for (key, value) in env {
         cmd.env(key, value);
@@ -196,7 +197,12 @@ pub fn notices_in_thread(s: &Scenario, root: &Event) -> Vec<Event> {
 
 /// A private PostgreSQL server for one scenario (stopped and deleted when dropped).
 pub fn pg_server() -> PgServer {
-    PgServer::start(Options::default()).unwrap_or_else(|e| panic!("PostgreSQL fixture: {e}"))
+    pg_server_with(Options::default())
+}
+
+/// A private PostgreSQL server started with `options` (TCP, TLS).
+pub fn pg_server_with(options: Options) -> PgServer {
+    PgServer::start(options).unwrap_or_else(|e| panic!("PostgreSQL fixture: {e}"))
 }
 
 /// `url` with its user replaced by `role` (the fixture's URLs name `postgres`).

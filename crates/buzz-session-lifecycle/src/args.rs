@@ -167,8 +167,11 @@ impl SessionArgs {
     /// (its recorder then sees everything the driver does).
     ///
     /// # Errors
-    /// A store configuration that can never work (an unparsable or unsupported URL): the harness
-    /// refuses to start rather than run without its sessions. With `--metrics-listen`, an
+    /// A store configuration that can never work (an unparsable or unsupported URL), or a store
+    /// that refuses this harness for a reason that lasts ([`StoreError::Refused`]: a certificate
+    /// that does not verify, wrong credentials, a missing database or role, a state directory it
+    /// may not write; tried once, for at most [`crate::startup_probe::STARTUP_PROBE_WAIT`]): the
+    /// harness refuses to start rather than run without its sessions. With `--metrics-listen`, an
     /// address that cannot be listened on (reported as a configuration error: it is the only
     /// error the harness's start-up path carries from here).
     pub fn opener(
@@ -195,11 +198,15 @@ impl SessionArgs {
             }));
         }
         let config = StoreConfig::from_args(&self.resume.store, scope, KEY_SCHEME, state_dir)?;
-        Ok(Arc::new(move || {
+        let opener: Opener = Arc::new(move || {
             let store: Arc<dyn ReceiptStore> = Arc::from(buzz_session_store::open(&config)?);
             tracing::info!(backend = %store.kind(), location = %store.location(), "session receipts");
             Ok(Arc::new(store) as Arc<dyn Receipts>)
-        }))
+        });
+        // A store that refuses for a reason that lasts stops the harness here (see
+        // `startup_probe`); an outage does not.
+        crate::startup_probe::probe(&opener, crate::startup_probe::STARTUP_PROBE_WAIT)?;
+        Ok(opener)
     }
 }
 

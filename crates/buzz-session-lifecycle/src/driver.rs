@@ -314,9 +314,28 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                     self.lifecycle.conflict(&scope, op, stored);
                 }
                 IoEvent::Forgotten(scope) => self.lifecycle.forgotten(&scope),
-                IoEvent::Down { error } => {
+                IoEvent::Down {
+                    error,
+                    refusal: None,
+                } => {
                     tracing::warn!(%error, "receipt store unavailable; serving without it until it answers");
                     (self.records)("store_health", json!({"up": false, "error": error}));
+                }
+                IoEvent::Down {
+                    error,
+                    refusal: Some(reason),
+                } => {
+                    // Not an outage: waiting will not fix it. Threads are answered, but a thread
+                    // whose session is not live loses it until an operator fixes the store.
+                    tracing::error!(
+                        %error,
+                        refusal = reason.code(),
+                        "receipt store refuses this harness: {reason}; serving without receipts until its configuration is fixed"
+                    );
+                    (self.records)(
+                        "store_health",
+                        json!({"up": false, "error": error, "refusal": reason.code()}),
+                    );
                 }
                 IoEvent::Up { location } => {
                     tracing::info!(%location, "receipt store available");

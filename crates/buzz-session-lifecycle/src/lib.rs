@@ -75,6 +75,7 @@ pub mod rotation;
 pub mod scope;
 pub mod session_config;
 pub mod settlement;
+pub mod startup_probe;
 pub mod store_io;
 pub mod telemetry;
 #[cfg(feature = "metrics")]

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use buzz_session_store::{SessionRecord, StoreError, UnixMillis};
+use buzz_session_store::{Healing, PermanentReason, SessionRecord, StoreError, UnixMillis};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -66,10 +66,15 @@ pub enum IoEvent<K> {
     },
     /// An operator forgot the scope's receipt after the lifecycle decided a write for it.
     Forgotten(K),
-    /// The store became unavailable (the first failure after it worked, or at startup).
+    /// The store became unavailable (the first failure after it worked, or at startup), or the
+    /// kind of its failure changed.
     Down {
         /// What failed.
         error: String,
+        /// The store refuses this harness for a reason that lasts until someone fixes its
+        /// configuration (a password rotated under a running harness, a certificate replaced):
+        /// the harness goes on serving without receipts, and says so loudly.
+        refusal: Option<PermanentReason>,
     },
     /// The store answers again (or for the first time).
     Up {
@@ -173,11 +178,16 @@ enum Backend {
     Open(Arc<dyn Receipts>),
 }
 
+/// The store's health as the worker last saw it; reported on transitions only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Health {
     Unknown,
     Up,
-    Down,
+    /// Its last operation failed; `refusal` when the failure lasts until someone fixes the
+    /// configuration ([`Healing::Permanent`]).
+    Down {
+        refusal: Option<PermanentReason>,
+    },
 }
 
 /// The store worker of one lifecycle.
@@ -292,7 +302,7 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
     /// Whether the store is known to be down: its last operation (or open) failed, and none has
     /// succeeded since.
     pub fn is_down(&self) -> bool {
-        self.health == Health::Down
+        matches!(self.health, Health::Down { .. })
     }
 
     /// Writes waiting or in flight.
@@ -505,11 +515,19 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
         }
     }
 
+    /// A failed operation: reported when the store was not down, or when the kind of failure
+    /// changed (an outage that turned out to be a refusal that lasts, or the other way round).
     fn down(&mut self, e: &StoreError) {
-        if self.health != Health::Down {
-            self.health = Health::Down;
+        let refusal = match e.healing() {
+            Healing::Permanent { reason } => Some(reason),
+            Healing::Transient => None,
+        };
+        let now = Health::Down { refusal };
+        if self.health != now {
+            self.health = now;
             self.events.push(IoEvent::Down {
                 error: e.to_string(),
+                refusal,
             });
         }
     }

@@ -89,6 +89,10 @@ pub const STORE_OPERATIONS: &str = "buzz_acp_store_operations_total";
 pub const STORE_DURATION: &str = "buzz_acp_store_operation_duration_seconds";
 /// Whether the receipt store answers (1) or not (0).
 pub const STORE_UP: &str = "buzz_acp_store_up";
+/// 1 while the receipt store refuses this harness for a reason that lasts (`reason`:
+/// `certificate_rejected`, `authentication_failed`, `role_not_admitted`, `database_missing`,
+/// `file_permission_denied`): a misconfiguration to fix, not an outage to wait out.
+pub const STORE_REFUSED: &str = "buzz_acp_store_refused";
 /// Sessions the harness retired, by `reason`.
 pub const SESSIONS_RETIRED: &str = "buzz_acp_sessions_retired_total";
 /// Handoffs from retiring sessions, by `outcome` (`taken`, `unavailable`).
@@ -269,12 +273,15 @@ enum Reached {
 #[derive(Debug)]
 pub struct Metrics<K> {
     reached: BTreeMap<K, Reached>,
+    /// The lasting refusal the gauge shows now, if any.
+    refused: Option<buzz_session_store::PermanentReason>,
 }
 
 impl<K> Default for Metrics<K> {
     fn default() -> Self {
         Metrics {
             reached: BTreeMap::new(),
+            refused: None,
         }
     }
 }
@@ -402,10 +409,27 @@ impl<K: Scope> Metrics<K> {
                     .increment(1);
                 histogram!(STORE_DURATION, "op" => op).record(elapsed.as_secs_f64());
             }
-            IoEvent::Up { .. } => gauge!(STORE_UP).set(1.0),
-            IoEvent::Down { .. } => gauge!(STORE_UP).set(0.0),
+            IoEvent::Up { .. } => {
+                gauge!(STORE_UP).set(1.0);
+                self.store_refused(None);
+            }
+            IoEvent::Down { refusal, .. } => {
+                gauge!(STORE_UP).set(0.0);
+                self.store_refused(*refusal);
+            }
             IoEvent::Read(..) | IoEvent::Conflict { .. } | IoEvent::Forgotten(_) => {}
         }
+    }
+
+    /// Sets the refusal gauge: 1 for `refusal`, 0 for the one reported before (if another).
+    fn store_refused(&mut self, refusal: Option<buzz_session_store::PermanentReason>) {
+        if let Some(before) = self.refused.filter(|before| Some(*before) != refusal) {
+            gauge!(STORE_REFUSED, "reason" => before.code()).set(0.0);
+        }
+        if let Some(reason) = refusal {
+            gauge!(STORE_REFUSED, "reason" => reason.code()).set(1.0);
+        }
+        self.refused = refusal;
     }
 
     /// The number of resident sessions now.
@@ -728,6 +752,47 @@ mod tests {
         assert_eq!(value(&s, SESSIONS_EXHAUSTED, &[]), 1.0);
     }
 
+    /// A lasting refusal raises its reason's gauge; another reason, or the store answering again,
+    /// lowers it.
+    #[test]
+    fn a_lasting_refusal_shows_until_the_store_answers() {
+        use buzz_session_store::PermanentReason;
+        let refused = |m: &mut Metrics<TestScope>, refusal| {
+            m.store(&IoEvent::Down {
+                error: "refused".into(),
+                refusal,
+            })
+        };
+        let gauge = |s: &Scrape, reason| value(s, STORE_REFUSED, &[("reason", reason)]);
+        let recorder = local_recorder();
+        with_local_recorder(&recorder, || {
+            let mut m: Metrics<TestScope> = Metrics::default();
+            refused(&mut m, None);
+            refused(&mut m, Some(PermanentReason::AuthenticationFailed));
+        });
+        let s = scrape(&recorder);
+        assert_eq!(gauge(&s, "authentication_failed"), 1.0);
+        assert_eq!(value(&s, STORE_UP, &[]), 0.0);
+        with_local_recorder(&recorder, || {
+            let mut m: Metrics<TestScope> = Metrics::default();
+            refused(&mut m, Some(PermanentReason::AuthenticationFailed));
+            refused(&mut m, Some(PermanentReason::DatabaseMissing));
+        });
+        let s = scrape(&recorder);
+        assert_eq!(gauge(&s, "authentication_failed"), 0.0);
+        assert_eq!(gauge(&s, "database_missing"), 1.0);
+        with_local_recorder(&recorder, || {
+            let mut m: Metrics<TestScope> = Metrics::default();
+            refused(&mut m, Some(PermanentReason::DatabaseMissing));
+            m.store(&IoEvent::Up {
+                location: "db".into(),
+            });
+        });
+        let s = scrape(&recorder);
+        assert_eq!(gauge(&s, "database_missing"), 0.0);
+        assert_eq!(value(&s, STORE_UP, &[]), 1.0);
+    }
+
     /// Store operations count by op and outcome, each with its duration in the histogram (not a
     /// summary), and the health gauge follows the last transition.
     #[test]
@@ -745,6 +810,7 @@ mod tests {
             m.store(&finished(OpKind::Open, OpOutcome::Error, 3));
             m.store(&IoEvent::Down {
                 error: "refused".into(),
+                refusal: None,
             });
             m.store(&finished(OpKind::Open, OpOutcome::Ok, 2));
             m.store(&IoEvent::Up {

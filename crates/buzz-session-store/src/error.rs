@@ -120,6 +120,18 @@ pub enum StoreError {
         /// What is wrong, naming the offending value.
         reason: String,
     },
+    /// The store refused a harness that is starting, for a reason that lasts ([`Healing`]):
+    /// the harness does not start, rather than run without the sessions it was asked to keep.
+    #[error(
+        "session store refuses this harness and will until its configuration is fixed: {reason}; {source}"
+    )]
+    Refused {
+        /// What was refused.
+        reason: PermanentReason,
+        /// The refusal as the store reported it.
+        #[source]
+        source: Box<StoreError>,
+    },
 }
 
 impl StoreError {
@@ -147,6 +159,7 @@ impl StoreError {
             | Self::NotFound { .. }
             | Self::SchemaTooNew { .. }
             | Self::Config { .. } => None,
+            Self::Refused { reason, .. } => Some(*reason),
         };
         match permanent {
             Some(reason) => Healing::Permanent { reason },
@@ -207,6 +220,19 @@ pub enum PermanentReason {
     /// the state directory cannot be created, or the database file or its log cannot be created
     /// or opened for writing by this process's user, given the owners and modes along the path.
     FilePermissionDenied,
+}
+
+impl PermanentReason {
+    /// A short stable name, for metrics labels and structured records.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::CertificateRejected => "certificate_rejected",
+            Self::AuthenticationFailed => "authentication_failed",
+            Self::RoleNotAdmitted => "role_not_admitted",
+            Self::DatabaseMissing => "database_missing",
+            Self::FilePermissionDenied => "file_permission_denied",
+        }
+    }
 }
 
 impl fmt::Display for PermanentReason {
