@@ -20,7 +20,7 @@ use crate::scope::{Input, Scope};
 use crate::session_config::SessionConfig;
 use crate::store_io::{IoEvent, Opener, StoreIo};
 use crate::telemetry::{Level, Record};
-use crate::write_queue::{Target, Write};
+use crate::write_queue::{ReceiptChange, Write};
 
 /// Where telemetry goes: the harness's observer (`kind`, fields).
 pub type RecordSink = Box<dyn Fn(&str, Value) + Send>;
@@ -365,7 +365,7 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                     Write {
                         expect: Some(expect),
                         decided: now,
-                        target: Target::Record(record),
+                        change: ReceiptChange::Put(record),
                     },
                 ),
                 StoreOp::Commit { scope, commit } => self.io.write(
@@ -373,7 +373,7 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                     Write {
                         expect: None,
                         decided: now,
-                        target: Target::Turn(commit),
+                        change: ReceiptChange::Commit(commit),
                     },
                 ),
                 StoreOp::Remove { scope, expect } => self.io.write(
@@ -381,7 +381,7 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                     Write {
                         expect: Some(expect),
                         decided: now,
-                        target: Target::Absent,
+                        change: ReceiptChange::Remove,
                     },
                 ),
                 StoreOp::RemoveChannel { channel } => self.io.remove_channel(channel, now),

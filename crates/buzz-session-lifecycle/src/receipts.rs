@@ -10,7 +10,7 @@ use buzz_session_store::{
 };
 
 use crate::scope::Scope;
-use crate::write_queue::Target;
+use crate::write_queue::ReceiptChange;
 
 /// The condition of a write, in the store's terms (`None`: a turn commit, whose condition is its
 /// session).
@@ -48,7 +48,7 @@ pub trait Receipts: Send + Sync + std::fmt::Debug {
         &self,
         key: &ScopeKey,
         condition: &Condition,
-        target: &Target,
+        target: &ReceiptChange,
         decided: UnixMillis,
     ) -> Result<Written, StoreError>;
 
@@ -83,25 +83,25 @@ impl Receipts for Arc<dyn ReceiptStore> {
         &self,
         key: &ScopeKey,
         condition: &Condition,
-        target: &Target,
+        target: &ReceiptChange,
         decided: UnixMillis,
     ) -> Result<Written, StoreError> {
         let any = StoreExpect::NotWrittenSince(decided);
         let expect = condition.as_ref().unwrap_or(&any);
         Ok(match target {
-            Target::Record(record) => match self.put(key, record, expect, decided)? {
+            ReceiptChange::Put(record) => match self.put(key, record, expect, decided)? {
                 PutOutcome::Written { .. } | PutOutcome::NotWritable(_) => Written::Done,
                 PutOutcome::Conflict { stored } => Written::Conflict { stored },
                 PutOutcome::Forgotten { .. } => Written::Forgotten,
             },
-            Target::Turn(commit) => match self.commit_turn(key, commit, decided)? {
+            ReceiptChange::Commit(commit) => match self.commit_turn(key, commit, decided)? {
                 CommitOutcome::Written
                 | CommitOutcome::Unchanged
                 | CommitOutcome::NotWritable(_) => Written::Done,
                 CommitOutcome::Conflict { stored } => Written::Conflict { stored },
                 CommitOutcome::Forgotten { .. } => Written::Forgotten,
             },
-            Target::Absent => match self.remove(key, expect)? {
+            ReceiptChange::Remove => match self.remove(key, expect)? {
                 Removal::Removed { .. } | Removal::Absent | Removal::NotWritable(_) => {
                     Written::Done
                 }

@@ -30,7 +30,7 @@ use crate::clock::Moment;
 use crate::receipt_view::Expect;
 use crate::receipts::{Condition, Receipts, Written, store_key};
 use crate::scope::Scope;
-use crate::write_queue::{Entry, Target, Write, WriteQueue};
+use crate::write_queue::{Entry, ReceiptChange, Write, WriteQueue};
 
 /// A lifecycle write condition in the store's time.
 fn condition(expect: Option<&Expect>, to_store_time: impl Fn(Moment) -> UnixMillis) -> Condition {
@@ -144,10 +144,10 @@ impl OpKind {
     /// The kind of a queued write.
     fn of(entry: &Entry<impl Sized>) -> OpKind {
         match entry {
-            Entry::Scope(_, write) => match write.target {
-                Target::Record(_) => OpKind::Put,
-                Target::Turn(_) => OpKind::Commit,
-                Target::Absent => OpKind::Remove,
+            Entry::Scope(_, write) => match write.change {
+                ReceiptChange::Put(_) => OpKind::Put,
+                ReceiptChange::Commit(_) => OpKind::Commit,
+                ReceiptChange::Remove => OpKind::Remove,
             },
             Entry::Channel(..) => OpKind::RemoveChannel,
         }
@@ -374,7 +374,7 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
                     let key = store_key(scope, store.scheme());
                     let condition = condition(write.expect.as_ref(), &to_store_time);
                     let decided = to_store_time(write.decided);
-                    store.write(&key, &condition, &write.target, decided)
+                    store.write(&key, &condition, &write.change, decided)
                 }
                 Entry::Channel(channel, decided) => store
                     .remove_channel(channel, to_store_time(*decided))
@@ -479,18 +479,18 @@ impl<K: Scope + Send + Sync + 'static> StoreIo<K> {
     /// A refused write. A replay of a write that did reach the store before (its answer was
     /// lost) finds its own session stored: that is success.
     fn conflict(&mut self, scope: K, write: &Write, stored: Option<String>) -> OpOutcome {
-        let own = match &write.target {
-            Target::Record(record) => stored.as_deref() == Some(record.session_id.as_str()),
-            Target::Absent => stored.is_none(),
-            Target::Turn(_) => false,
+        let own = match &write.change {
+            ReceiptChange::Put(record) => stored.as_deref() == Some(record.session_id.as_str()),
+            ReceiptChange::Remove => stored.is_none(),
+            ReceiptChange::Commit(_) => false,
         };
         if own {
             return OpOutcome::Ok;
         }
-        let op = match write.target {
-            Target::Record(_) => OpKind::Put,
-            Target::Turn(_) => OpKind::Commit,
-            Target::Absent => OpKind::Remove,
+        let op = match write.change {
+            ReceiptChange::Put(_) => OpKind::Put,
+            ReceiptChange::Commit(_) => OpKind::Commit,
+            ReceiptChange::Remove => OpKind::Remove,
         };
         self.events.push(IoEvent::Conflict { scope, op, stored });
         OpOutcome::Conflict

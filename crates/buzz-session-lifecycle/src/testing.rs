@@ -25,7 +25,7 @@ use crate::receipts::{Condition, Receipts, Written, store_key};
 use crate::scope::Scope;
 use crate::store_io::Opener;
 pub use crate::test_values::{Msg, TestScope};
-use crate::write_queue::Target;
+use crate::write_queue::ReceiptChange;
 
 /// How many calls reached a [`MemoryReceipts`] (a stalled call counts once it is let through; a
 /// call refused because the store is down counts under `failed` only).
@@ -35,11 +35,11 @@ pub struct Calls {
     pub opens: usize,
     /// Reads answered.
     pub reads: usize,
-    /// Receipt writes (`Target::Record`) answered.
+    /// Receipt writes (`ReceiptChange::Put`) answered.
     pub puts: usize,
     /// Turn commits answered.
     pub commits: usize,
-    /// Removals (`Target::Absent`) answered.
+    /// Removals (`ReceiptChange::Remove`) answered.
     pub removes: usize,
     /// Channel removals answered.
     pub channel_removals: usize,
@@ -304,7 +304,7 @@ impl Receipts for MemoryReceipts {
         &self,
         key: &ScopeKey,
         condition: &Condition,
-        target: &Target,
+        target: &ReceiptChange,
         decided: UnixMillis,
     ) -> Result<Written, StoreError> {
         let mut contents = self.enter("write")?;
@@ -312,7 +312,7 @@ impl Receipts for MemoryReceipts {
         let expect = condition.as_ref().unwrap_or(&any);
         let row = contents.rows.entry(key.clone()).or_default();
         let written = match target {
-            Target::Record(record) => match rules::admit(&row.state(), expect, decided) {
+            ReceiptChange::Put(record) => match rules::admit(&row.state(), expect, decided) {
                 Ok(()) => {
                     // The receipt replaces the key's tombstone, as a put does in the store.
                     row.receipt = Some((record.clone().normalized(), decided));
@@ -321,19 +321,21 @@ impl Receipts for MemoryReceipts {
                 }
                 Err(refusal) => refused(refusal),
             },
-            Target::Turn(commit) => match rules::admit_commit(&row.state(), commit, decided) {
-                Ok(()) => match row.receipt.as_mut() {
-                    Some((record, written)) => {
-                        rules::apply_commit(record, commit);
-                        *written = decided;
-                        Written::Done
-                    }
-                    // Admitted, so the receipt is live: the store answers the same if it is not.
-                    None => Written::Conflict { stored: None },
-                },
-                Err(refusal) => refused(refusal),
-            },
-            Target::Absent => match rules::removal(&row.state(), expect) {
+            ReceiptChange::Commit(commit) => {
+                match rules::admit_commit(&row.state(), commit, decided) {
+                    Ok(()) => match row.receipt.as_mut() {
+                        Some((record, written)) => {
+                            rules::apply_commit(record, commit);
+                            *written = decided;
+                            Written::Done
+                        }
+                        // Admitted, so the receipt is live: the store answers the same if it is not.
+                        None => Written::Conflict { stored: None },
+                    },
+                    Err(refusal) => refused(refusal),
+                }
+            }
+            ReceiptChange::Remove => match rules::removal(&row.state(), expect) {
                 Ok(_) => {
                     row.receipt = None;
                     Written::Done
@@ -349,9 +351,9 @@ impl Receipts for MemoryReceipts {
         };
         let calls = &mut contents.calls;
         match target {
-            Target::Record(_) => calls.puts += 1,
-            Target::Turn(_) => calls.commits += 1,
-            Target::Absent => calls.removes += 1,
+            ReceiptChange::Put(_) => calls.puts += 1,
+            ReceiptChange::Commit(_) => calls.commits += 1,
+            ReceiptChange::Remove => calls.removes += 1,
         }
         match written {
             Written::Done => {}
@@ -395,13 +397,13 @@ mod tests {
 
     fn put(store: &MemoryReceipts, session: &str, expect: Option<Expect>, at: u64) -> Written {
         let key = store_key(&a(), store.scheme());
-        let target = Target::Record(SessionRecord::new(session));
+        let target = ReceiptChange::Put(SessionRecord::new(session));
         store.write(&key, &expect, &target, UnixMillis(at)).unwrap()
     }
 
     fn commit(store: &MemoryReceipts, session: &str, ids: &[&str], at: u64) -> Written {
         let key = store_key(&a(), store.scheme());
-        let target = Target::Turn(TurnCommit {
+        let target = ReceiptChange::Commit(TurnCommit {
             session_id: session.into(),
             delivered_event_ids: ids.iter().map(|s| s.to_string()).collect(),
             standing_context_sent: false,
@@ -415,7 +417,7 @@ mod tests {
     fn remove(store: &MemoryReceipts, expect: Expect, at: u64) -> Written {
         let key = store_key(&a(), store.scheme());
         store
-            .write(&key, &Some(expect), &Target::Absent, UnixMillis(at))
+            .write(&key, &Some(expect), &ReceiptChange::Remove, UnixMillis(at))
             .unwrap()
     }
 
@@ -486,7 +488,7 @@ mod tests {
         assert_eq!(store.get(&a()).unwrap().session_id, "s2");
         // A channel removal is a forget of every receipt of the channel.
         let key = store_key(&TestScope::conversation("c2"), store.scheme());
-        let target = Target::Record(SessionRecord::new("c"));
+        let target = ReceiptChange::Put(SessionRecord::new("c"));
         store.write(&key, &None, &target, UnixMillis(1)).unwrap();
         store.remove_channel("c1", UnixMillis(30)).unwrap();
         assert!(store.get(&a()).is_none());
@@ -517,7 +519,7 @@ mod tests {
             usage: None,
             handoff_delivered: false,
         };
-        let target = Target::Turn(unknown.clone());
+        let target = ReceiptChange::Commit(unknown.clone());
         let written = store.write(&key, &None, &target, UnixMillis(2)).unwrap();
         assert_eq!(written, Written::Done);
         let mut want = known;

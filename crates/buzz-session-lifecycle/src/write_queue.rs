@@ -20,15 +20,15 @@ use crate::clock::Moment;
 use crate::receipt_view::Expect;
 use crate::scope::Scope;
 
-/// What a scope's receipt should become.
+/// What a scope's receipt should become: the change a scope's folded writes make.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// This receipt (a session was opened).
-    Record(SessionRecord),
-    /// A turn's updates to the stored receipt, while it names the turn's session.
-    Turn(TurnCommit),
-    /// No receipt.
-    Absent,
+pub enum ReceiptChange {
+    /// Write this receipt (a session was opened).
+    Put(SessionRecord),
+    /// Commit a turn's updates to the stored receipt, while it names the turn's session.
+    Commit(TurnCommit),
+    /// Remove the receipt.
+    Remove,
 }
 
 /// One scope's folded writes.
@@ -40,7 +40,7 @@ pub struct Write {
     /// When the earliest write folded in was decided.
     pub decided: Moment,
     /// The receipt it should end up with.
-    pub target: Target,
+    pub change: ReceiptChange,
 }
 
 impl Write {
@@ -49,30 +49,30 @@ impl Write {
     pub fn then(self, later: Write) -> Write {
         let expect = self.expect.or(later.expect);
         let decided = self.decided.min(later.decided);
-        let target = match (self.target, later.target) {
+        let change = match (self.change, later.change) {
             // A commit for the session being written goes into the written receipt; a commit for
             // any other session would be refused by the store, so it is dropped.
-            (Target::Record(mut record), Target::Turn(commit)) => {
+            (ReceiptChange::Put(mut record), ReceiptChange::Commit(commit)) => {
                 if record.session_id == commit.session_id {
                     rules::apply_commit(&mut record, &commit);
                 }
-                Target::Record(record)
+                ReceiptChange::Put(record)
             }
             // Two commits of one session: one commit with the effect of both, as the store
             // would merge them one after the other.
-            (Target::Turn(earlier), Target::Turn(later))
+            (ReceiptChange::Commit(earlier), ReceiptChange::Commit(later))
                 if earlier.session_id == later.session_id =>
             {
-                Target::Turn(rules::fold_commits(earlier, later))
+                ReceiptChange::Commit(rules::fold_commits(earlier, later))
             }
             // A commit for a receipt that will be gone is moot.
-            (Target::Absent, Target::Turn(_)) => Target::Absent,
+            (ReceiptChange::Remove, ReceiptChange::Commit(_)) => ReceiptChange::Remove,
             (_, later) => later,
         };
         Write {
             expect,
             decided,
-            target,
+            change,
         }
     }
 }
@@ -209,7 +209,7 @@ mod tests {
         Write {
             expect: Some(expect),
             decided: Moment(at),
-            target: Target::Record(SessionRecord::new(session)),
+            change: ReceiptChange::Put(SessionRecord::new(session)),
         }
     }
 
@@ -217,7 +217,7 @@ mod tests {
         Write {
             expect: None,
             decided: Moment(at),
-            target: Target::Turn(TurnCommit {
+            change: ReceiptChange::Commit(TurnCommit {
                 session_id: session.into(),
                 delivered_event_ids: ids.iter().map(|s| s.to_string()).collect(),
                 standing_context_sent: false,
@@ -232,7 +232,7 @@ mod tests {
         Write {
             expect: Some(expect),
             decided: Moment(at),
-            target: Target::Absent,
+            change: ReceiptChange::Remove,
         }
     }
 
@@ -260,7 +260,7 @@ mod tests {
         };
         assert_eq!(write.expect, Some(Expect::Absent), "the store never saw s1");
         assert_eq!(write.decided, Moment(1), "the earliest decision");
-        let Target::Record(record) = write.target else {
+        let ReceiptChange::Put(record) = write.change else {
             panic!("a receipt")
         };
         assert_eq!(record.session_id, "s2");
@@ -277,7 +277,7 @@ mod tests {
         let Some(Entry::Scope(_, write)) = q.pop() else {
             panic!()
         };
-        let Target::Turn(c) = write.target else {
+        let ReceiptChange::Commit(c) = write.change else {
             panic!()
         };
         assert_eq!((c.turns, c.delivered_event_ids.len()), (Some(2), 2));
@@ -287,7 +287,7 @@ mod tests {
         let Some(Entry::Scope(_, write)) = q.pop() else {
             panic!()
         };
-        assert_eq!(write.target, Target::Absent);
+        assert_eq!(write.change, ReceiptChange::Remove);
         assert_eq!(write.expect, Some(Expect::Session("s1".into())));
         q.push(a(), remove(Expect::Session("s1".into()), 6));
         q.push(a(), put("s2", Expect::Absent, 7));
@@ -295,14 +295,14 @@ mod tests {
             panic!()
         };
         assert_eq!(write.expect, Some(Expect::Session("s1".into())));
-        assert!(matches!(write.target, Target::Record(r) if r.session_id == "s2"));
+        assert!(matches!(write.change, ReceiptChange::Put(r) if r.session_id == "s2"));
     }
 
     #[test]
     fn a_commit_of_unknown_counters_folds_as_the_store_merges_it() {
         let unknown = |at| {
             let mut write = commit("s1", &["e2"], 0, at);
-            if let Target::Turn(c) = &mut write.target {
+            if let ReceiptChange::Commit(c) = &mut write.change {
                 c.turns = None;
             }
             write
@@ -314,7 +314,7 @@ mod tests {
         let Some(Entry::Scope(_, write)) = q.pop() else {
             panic!("one scope entry")
         };
-        let Target::Turn(c) = write.target else {
+        let ReceiptChange::Commit(c) = write.change else {
             panic!("a commit")
         };
         assert_eq!(
@@ -329,14 +329,14 @@ mod tests {
             Write {
                 expect: Some(Expect::Absent),
                 decided: Moment(3),
-                target: Target::Record(counted),
+                change: ReceiptChange::Put(counted),
             },
         );
         q.push(a(), unknown(4));
         let Some(Entry::Scope(_, write)) = q.pop() else {
             panic!("one scope entry")
         };
-        let Target::Record(record) = write.target else {
+        let ReceiptChange::Put(record) = write.change else {
             panic!("a receipt")
         };
         assert_eq!(record.turns, None);
@@ -355,7 +355,7 @@ mod tests {
                 Entry::Scope(
                     k,
                     Write {
-                        target: Target::Record(r),
+                        change: ReceiptChange::Put(r),
                         ..
                     },
                 ) => {
@@ -382,7 +382,7 @@ mod tests {
         };
         assert_eq!(scope, a());
         assert_eq!(write.expect, Some(Expect::Absent));
-        assert!(matches!(write.target, Target::Record(r) if r.delivery.is_some()));
+        assert!(matches!(write.change, ReceiptChange::Put(r) if r.delivery.is_some()));
         assert!(matches!(q.pop(), Some(Entry::Scope(s, _)) if s == b()));
         assert!(q.is_empty());
     }

@@ -8,7 +8,7 @@ use buzz_session_lifecycle::Moment;
 use buzz_session_lifecycle::receipt_view::Expect;
 use buzz_session_lifecycle::store_io::{IoEvent, StoreIo};
 use buzz_session_lifecycle::testing::{MemoryReceipts, TestScope};
-use buzz_session_lifecycle::write_queue::{Target, Write};
+use buzz_session_lifecycle::write_queue::{ReceiptChange, Write};
 use buzz_session_store::{KeyScheme, SessionRecord, UnixMillis};
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
@@ -53,7 +53,7 @@ fn put(session: &str, expect: Expect) -> Write {
     Write {
         expect: Some(expect),
         decided: Moment(0),
-        target: Target::Record(SessionRecord::new(session)),
+        change: ReceiptChange::Put(SessionRecord::new(session)),
     }
 }
 
