@@ -620,11 +620,6 @@ fn restart_case(
     })
 }
 
-/// Seconds with one decimal.
-fn secs(d: Duration) -> String {
-    format!("{:.1}", d.as_secs_f64())
-}
-
 fn restart(
     pg: &PgServer,
     subject: &Subject,
@@ -643,9 +638,9 @@ fn restart(
         }
     }
     println!(
-        "| database during the restart | runs | mention → reply, median (s) | min–max (s) | served | reply's turns=N | notices about the follow-up | receipt after the thaw names |"
+        "| database during the restart | runs | mention → reply, median (ms) | min–max (ms) | served | reply's turns=N | notices about the follow-up | receipt after the thaw names |"
     );
-    println!("|---|---:|---:|---:|---|---|---:|---|");
+    println!("|---|---:|---:|---:|---|---|---|---|");
     for (d, results) in cases.iter().zip(&results) {
         let times: Vec<Duration> = results.iter().map(|r| r.wall).collect();
         let lo = times.iter().min().copied().unwrap_or_default();
@@ -662,9 +657,9 @@ fn restart(
         println!(
             "| {name} | {} | {} | {}–{} | {} | {} | {} | {} |",
             results.len(),
-            secs(median(times)),
-            secs(lo),
-            secs(hi),
+            ms(median(times)),
+            ms(lo),
+            ms(hi),
             tally(results.iter().map(|r| r.served.as_str())),
             turns.join(", "),
             results
