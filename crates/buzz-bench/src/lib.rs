@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use acp_test_agent::harness::{WireFrame, read_wire_log};
 use buzz_acp::relay::Event;
-use buzz_acp::testing::{Running, Scenario, context_entries};
+use buzz_acp::testing::{AGENT, Running, Scenario, context_entries, wait_until_every};
+use buzz_session_store::{KeyScheme, PgStore, ReceiptStore, StoreScope, StoredReceipt};
 
 /// Scenario failures (a harness that does not answer, a broken file).
 #[derive(Debug)]
@@ -85,6 +86,65 @@ pub fn wire(s: &Scenario) -> Result<Vec<WireFrame>, BenchError> {
     ctx(read_wire_log(&s.wire_log), "reading the wire log")
 }
 
+/// The requests among `frames` that open or reopen a session (`session/new`, `session/load`,
+/// `session/resume`), in wire order: none for a turn served hot, on the live session.
+pub fn session_setups(frames: &[WireFrame]) -> Vec<&WireFrame> {
+    frames
+        .iter()
+        .filter(|f| {
+            matches!(
+                f.method.as_deref(),
+                Some("session/new" | "session/load" | "session/resume")
+            )
+        })
+        .collect()
+}
+
+/// The wall clock in milliseconds since the Unix epoch (the wire log's clock).
+pub fn unix_ms() -> u64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The receipt store scope of a scenario's harness: its relay's identity and the agent's key.
+pub fn store_scope(s: &Scenario) -> Result<StoreScope, BenchError> {
+    let relay = ctx(
+        buzz_acp::relay::FileRelay::open(&s.relay_dir),
+        "opening the relay",
+    )?;
+    Ok(StoreScope {
+        relay: buzz_acp::relay::Relay::identity(&relay).to_string(),
+        agent_pubkey: AGENT.to_string(),
+    })
+}
+
+/// Waits (reading the PostgreSQL store at `url` every 100 ms, at most `timeout`) until a receipt
+/// of `scope` records `trigger` as delivered: the commit of the turn that answered it, and every
+/// write the harness queued before it, has landed. Returns that receipt.
+pub fn wait_delivered(
+    url: &str,
+    scope: &StoreScope,
+    trigger: &str,
+    timeout: Duration,
+) -> Result<StoredReceipt, BenchError> {
+    let landed = || -> Option<StoredReceipt> {
+        let store = PgStore::open_read_only(url, scope.clone(), KeyScheme::Scope).ok()?;
+        store.receipts().ok()?.into_iter().find(|r| {
+            r.record
+                .delivery
+                .as_ref()
+                .is_some_and(|d| d.delivered_event_ids.iter().any(|id| id == trigger))
+        })
+    };
+    wait_until_every(timeout, Duration::from_millis(100), landed).ok_or_else(|| {
+        BenchError(format!(
+            "no receipt in the store recorded {trigger} as delivered within {timeout:?}"
+        ))
+    })
+}
+
 /// A prompt as the agent received it.
 #[derive(Debug, Clone)]
 pub struct PromptCost {
@@ -127,6 +187,13 @@ pub fn ms(d: Duration) -> String {
 pub fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+/// The `q` quantile of some durations (the nearest rank: 0.5 is the upper median, 0.9 the p90).
+pub fn quantile(mut v: Vec<Duration>, q: f64) -> Duration {
+    v.sort();
+    let i = ((v.len() as f64 - 1.0) * q).round() as usize;
+    v.get(i).copied().unwrap_or_default()
 }
 
 /// Times `f`.

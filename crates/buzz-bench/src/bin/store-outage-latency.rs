@@ -41,9 +41,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use buzz_acp::relay::Event;
-use buzz_acp::testing::{AGENT, Running, Scenario, wait_until_every};
-use buzz_bench::{BenchError, Subject, WAIT, ctx, median, ms, reply, scenario, start, wire};
-use buzz_session_store::{KeyScheme, PgStore, ReceiptStore, StoreScope};
+use buzz_acp::testing::{Running, Scenario, wait_until_every};
+use buzz_bench::{
+    BenchError, Subject, WAIT, ctx, median, ms, quantile, reply, scenario, session_setups, start,
+    store_scope, unix_ms, wait_delivered, wire,
+};
 use clap::Parser;
 use pg_fixture::{Options, PgServer};
 
@@ -136,11 +138,7 @@ impl Thread<'_> {
         let wall = t.elapsed();
         let frames = wire(&self.s)?;
         let after = &frames[frames_before..];
-        let setups = after
-            .iter()
-            .filter_map(|f| f.method.as_deref())
-            .filter(|m| matches!(*m, "session/new" | "session/load" | "session/resume"))
-            .count();
+        let setups = session_setups(after).len();
         if setups > 0 {
             return Err(BenchError(format!(
                 "follow-up {text:?} was not served hot ({setups} session setup requests)"
@@ -230,47 +228,13 @@ impl Thread<'_> {
     /// Waits until the thread's receipt in the store records the last follow-up as delivered:
     /// every write the harness queued for it has landed.
     fn caught_up(&self) -> Result<(), BenchError> {
-        let scope = StoreScope {
-            relay: relay_identity(&self.s)?,
-            agent_pubkey: AGENT.to_string(),
-        };
         let trigger = self
             .last
             .thread_refs()
             .reply
             .ok_or_else(|| BenchError("the last reply names no trigger".into()))?;
-        let url = self.pg.url();
-        let landed = || -> Option<()> {
-            let store = PgStore::open_read_only(&url, scope.clone(), KeyScheme::Scope).ok()?;
-            let receipts = store.receipts().ok()?;
-            receipts
-                .iter()
-                .filter_map(|r| r.record.delivery.as_ref())
-                .any(|d| d.delivered_event_ids.contains(&trigger))
-                .then_some(())
-        };
-        wait_until_every(CATCH_UP, Duration::from_millis(100), landed).ok_or_else(|| {
-            BenchError(format!(
-                "the harness's writes did not reach the store within {CATCH_UP:?} after the thaw"
-            ))
-        })
+        wait_delivered(&self.pg.url(), &store_scope(&self.s)?, &trigger, CATCH_UP).map(|_| ())
     }
-}
-
-/// The wall clock in milliseconds since the Unix epoch (the wire log's clock).
-fn unix_ms() -> u64 {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn relay_identity(s: &Scenario) -> Result<String, BenchError> {
-    let relay = ctx(
-        buzz_acp::relay::FileRelay::open(&s.relay_dir),
-        "opening the relay",
-    )?;
-    Ok(buzz_acp::relay::Relay::identity(&relay).to_string())
 }
 
 /// A fresh scenario and harness on `pg`, with a thread warmed up.
@@ -366,12 +330,6 @@ fn run(
     ctx(first_running.stop(), "stopping buzz-acp")?;
     ctx(second_running.stop(), "stopping buzz-acp")?;
     Ok(samples)
-}
-
-fn quantile(mut v: Vec<Duration>, q: f64) -> Duration {
-    v.sort();
-    let i = ((v.len() as f64 - 1.0) * q).round() as usize;
-    v.get(i).copied().unwrap_or_default()
 }
 
 /// One table row: `samples` against the median of `base`.
