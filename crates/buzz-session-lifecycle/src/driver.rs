@@ -31,6 +31,94 @@ pub const DEFAULT_READ_WAIT: Duration = Duration::from_secs(10);
 /// How long the harness waits for queued receipt writes when it stops.
 pub const FLUSH_AT_SHUTDOWN: Duration = Duration::from_secs(5);
 
+/// Something the harness tells the driver, at upstream's lifecycle points (see
+/// [`Driver::handle`]; the methods named after each variant are shorthands for it).
+#[derive(Debug)]
+pub enum HarnessInput<K, I> {
+    /// A message for `scope` was admitted to the harness's queue ([`Lifecycle::admitted`]).
+    Admitted {
+        /// The scope.
+        scope: K,
+        /// The message.
+        input: I,
+    },
+    /// `scope`'s turn task ended ([`Lifecycle::turn_end`]); answered with
+    /// [`Handled::AfterTurn`].
+    TurnEnded {
+        /// The scope.
+        scope: K,
+        /// How it ended.
+        outcome: TurnOutcome,
+    },
+    /// The turn's reply was published as `reply_id` ([`Lifecycle::replied`]).
+    Replied {
+        /// The scope.
+        scope: K,
+        /// The reply's event id.
+        reply_id: String,
+    },
+    /// A settling turn's delivery ledger, read from its idle worker ([`Lifecycle::settled`]).
+    Settled {
+        /// The scope.
+        scope: K,
+        /// What the session was shown, if the worker still knew.
+        delivered: Option<Delivered>,
+    },
+    /// A release the lifecycle asked for is done ([`Lifecycle::released`]).
+    Released {
+        /// The scope.
+        scope: K,
+        /// The released session.
+        session_id: String,
+    },
+    /// The owner's `!rotate` ([`Lifecycle::abandon`]); `live`: the scope's sessions idle workers
+    /// hold (slot, session id).
+    Abandoned {
+        /// The scope.
+        scope: K,
+        /// Its sessions on idle workers.
+        live: Vec<(usize, String)>,
+    },
+    /// The agent was removed from `channel` ([`Lifecycle::abandon_channel`]).
+    ChannelRemoved {
+        /// The channel.
+        channel: String,
+    },
+    /// The owner switched the model in `scope`'s thread (`!model`). New sessions get it. Without
+    /// in-place changes the thread's session is abandoned (`live` lists its copies on idle
+    /// workers) and other threads' sessions opened under the old model are not continued; with
+    /// them every session takes the model at its next turn, and none is abandoned.
+    OwnerSwitchedModel {
+        /// The thread where the owner asked.
+        scope: K,
+        /// The model.
+        model: String,
+        /// The scope's sessions on idle workers.
+        live: Vec<(usize, String)>,
+    },
+    /// The owner asked to cancel `scope`'s running turn (`Lifecycle::cancel_requested`).
+    #[cfg(feature = "residency")]
+    CancelRequested {
+        /// The scope.
+        scope: K,
+    },
+    /// The lazy pool went to sleep: its workers and their sessions are gone.
+    #[cfg(feature = "residency")]
+    PoolSlept,
+    /// The harness is stopping.
+    #[cfg(feature = "residency")]
+    Shutdown,
+}
+
+/// What [`Driver::handle`] answers.
+#[derive(Debug)]
+pub enum Handled<I> {
+    /// The input was taken in; what it caused comes out of the driver's outputs.
+    Done,
+    /// What the harness does with the ended turn's input.
+    AfterTurn(AfterTurn<I>),
+}
+
 /// The lifecycle, driven from the harness's event loop.
 pub struct Driver<K, I> {
     pub(crate) lifecycle: Lifecycle<K, I>,
@@ -101,19 +189,14 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         self.lifecycle.configure_sessions(session);
     }
 
-    /// The owner switched the model in `scope`'s thread (`!model`). New sessions get it. Without
-    /// in-place changes the thread's session is abandoned (`live` lists its copies on idle
-    /// workers) and other threads' sessions opened under the old model are not continued; with
-    /// them every session takes the model at its next turn, and none is abandoned.
+    /// The owner switched the model in `scope`'s thread (`!model`): see
+    /// [`HarnessInput::OwnerSwitchedModel`].
     pub fn model_switched(&mut self, scope: &K, model: &str, live: Vec<(usize, String)>) {
-        self.set_model(model);
-        #[cfg(feature = "config-in-place")]
-        {
-            let _ = live;
-            self.lifecycle.model_addressed(scope);
-        }
-        #[cfg(not(feature = "config-in-place"))]
-        self.abandon(scope, live);
+        self.handle(HarnessInput::OwnerSwitchedModel {
+            scope: scope.clone(),
+            model: model.to_string(),
+            live,
+        });
     }
 
     fn set_model(&mut self, model: &str) {
@@ -144,25 +227,102 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
 
     // ----- inputs from the harness ---------------------------------------------------------
 
-    /// See [`Lifecycle::admitted`].
-    pub fn admitted(&mut self, scope: &K, input: &I) {
-        self.lifecycle.admitted(scope, input);
-    }
-
-    /// See [`Lifecycle::turn_end`].
-    pub fn turn_end(&mut self, scope: &K, outcome: TurnOutcome) -> AfterTurn<I> {
+    /// Feeds one input from the harness to the lifecycle. Every input follows one rule: first
+    /// take in what arrived meanwhile (turn tasks' reports, finished store operations, reads past
+    /// their deadline), then apply the input at the lifecycle's current moment, then hand out what
+    /// the lifecycle decided (store operations to the worker, records to the sink, releases and
+    /// notices for the harness to take). Nothing here waits.
+    pub fn handle(&mut self, input: HarnessInput<K, I>) -> Handled<I> {
         self.take_in();
-        #[cfg(feature = "metrics")]
-        self.metrics.turn_ended(scope);
         let now = self.now();
-        let after = self.lifecycle.turn_end(scope, outcome, now);
+        let handled = match input {
+            HarnessInput::Admitted { scope, input } => {
+                self.lifecycle.admitted(&scope, &input);
+                Handled::Done
+            }
+            HarnessInput::TurnEnded { scope, outcome } => {
+                #[cfg(feature = "metrics")]
+                self.metrics.turn_ended(&scope);
+                Handled::AfterTurn(self.lifecycle.turn_end(&scope, outcome, now))
+            }
+            HarnessInput::Replied { scope, reply_id } => {
+                self.lifecycle.replied(&scope, &reply_id);
+                Handled::Done
+            }
+            HarnessInput::Settled { scope, delivered } => {
+                self.lifecycle.settled(&scope, delivered, now);
+                Handled::Done
+            }
+            HarnessInput::Released { scope, session_id } => {
+                self.lifecycle.released(&scope, &session_id);
+                Handled::Done
+            }
+            HarnessInput::Abandoned { scope, live } => {
+                self.lifecycle.abandon(&scope, live, now);
+                Handled::Done
+            }
+            HarnessInput::ChannelRemoved { channel } => {
+                self.lifecycle.abandon_channel(&channel);
+                Handled::Done
+            }
+            HarnessInput::OwnerSwitchedModel { scope, model, live } => {
+                self.set_model(&model);
+                #[cfg(feature = "config-in-place")]
+                {
+                    let _ = live;
+                    self.lifecycle.model_addressed(&scope);
+                }
+                #[cfg(not(feature = "config-in-place"))]
+                self.lifecycle.abandon(&scope, live, now);
+                Handled::Done
+            }
+            #[cfg(feature = "residency")]
+            HarnessInput::CancelRequested { scope } => {
+                self.lifecycle.cancel_requested(&scope);
+                Handled::Done
+            }
+            #[cfg(feature = "residency")]
+            HarnessInput::PoolSlept => {
+                self.lifecycle.pool_slept();
+                Handled::Done
+            }
+            #[cfg(feature = "residency")]
+            HarnessInput::Shutdown => {
+                self.lifecycle.shutdown();
+                Handled::Done
+            }
+        };
         self.take_out();
-        after
+        handled
     }
 
-    /// See [`Lifecycle::replied`].
+    /// See [`HarnessInput::Admitted`].
+    pub fn admitted(&mut self, scope: &K, input: &I) {
+        self.handle(HarnessInput::Admitted {
+            scope: scope.clone(),
+            input: input.clone(),
+        });
+    }
+
+    /// See [`HarnessInput::TurnEnded`].
+    pub fn turn_end(&mut self, scope: &K, outcome: TurnOutcome) -> AfterTurn<I> {
+        let handled = self.handle(HarnessInput::TurnEnded {
+            scope: scope.clone(),
+            outcome,
+        });
+        match handled {
+            Handled::AfterTurn(after) => after,
+            // `handle` answers a turn's end with `AfterTurn`; nothing else reaches here.
+            Handled::Done => AfterTurn::default(),
+        }
+    }
+
+    /// See [`HarnessInput::Replied`].
     pub fn replied(&mut self, scope: &K, reply_id: &str) {
-        self.lifecycle.replied(scope, reply_id);
+        self.handle(HarnessInput::Replied {
+            scope: scope.clone(),
+            reply_id: reply_id.to_string(),
+        });
     }
 
     /// See [`Lifecycle::settling`].
@@ -170,31 +330,35 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         self.lifecycle.settling()
     }
 
-    /// See [`Lifecycle::settled`].
+    /// See [`HarnessInput::Settled`].
     pub fn settled(&mut self, scope: &K, delivered: Option<Delivered>) {
-        let now = self.now();
-        self.lifecycle.settled(scope, delivered, now);
-        self.take_out();
+        self.handle(HarnessInput::Settled {
+            scope: scope.clone(),
+            delivered,
+        });
     }
 
-    /// See [`Lifecycle::released`].
+    /// See [`HarnessInput::Released`].
     pub fn released(&mut self, scope: &K, session_id: &str) {
-        self.lifecycle.released(scope, session_id);
+        self.handle(HarnessInput::Released {
+            scope: scope.clone(),
+            session_id: session_id.to_string(),
+        });
     }
 
-    /// See [`Lifecycle::abandon`].
+    /// See [`HarnessInput::Abandoned`].
     pub fn abandon(&mut self, scope: &K, live: Vec<(usize, String)>) {
-        self.take_in();
-        let now = self.now();
-        self.lifecycle.abandon(scope, live, now);
-        self.take_out();
+        self.handle(HarnessInput::Abandoned {
+            scope: scope.clone(),
+            live,
+        });
     }
 
-    /// See [`Lifecycle::abandon_channel`].
+    /// See [`HarnessInput::ChannelRemoved`].
     pub fn abandon_channel(&mut self, channel: &str) {
-        self.take_in();
-        self.lifecycle.abandon_channel(channel);
-        self.take_out();
+        self.handle(HarnessInput::ChannelRemoved {
+            channel: channel.to_string(),
+        });
     }
 
     // ----- outputs for the harness ---------------------------------------------------------
@@ -419,21 +583,20 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
 
 #[cfg(feature = "residency")]
 impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
-    /// See [`Lifecycle::cancel_requested`].
+    /// See [`HarnessInput::CancelRequested`].
     pub fn cancel_requested(&mut self, scope: &K) {
-        self.lifecycle.cancel_requested(scope);
+        self.handle(HarnessInput::CancelRequested {
+            scope: scope.clone(),
+        });
     }
 
-    /// See [`Lifecycle::pool_slept`].
+    /// See [`HarnessInput::PoolSlept`].
     pub fn pool_slept(&mut self) {
-        self.lifecycle.pool_slept();
-        self.take_out();
+        self.handle(HarnessInput::PoolSlept);
     }
 
-    /// See [`Lifecycle::shutdown`].
+    /// See [`HarnessInput::Shutdown`].
     pub fn shutdown(&mut self) {
-        self.take_in();
-        self.lifecycle.shutdown();
-        self.take_out();
+        self.handle(HarnessInput::Shutdown);
     }
 }

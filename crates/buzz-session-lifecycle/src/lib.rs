@@ -91,7 +91,7 @@ pub use buzz_session_store as store;
 pub use clock::Moment;
 pub use decision::{Command, Notice, NoticeCause, StoreOp};
 pub use dispatch::{Claimed, Inbox, Step, Workers};
-pub use driver::Driver;
+pub use driver::{Driver, Handled, HarnessInput};
 pub use gate::{AgentCaps, Negotiated, RestoreMethod, restore_method};
 pub use lifecycle::{Lifecycle, LifecycleConfig, close_allowed};
 pub use mailbox::Opened;

@@ -58,6 +58,16 @@ pub struct AfterTurn<I> {
     pub requeue_front: Vec<I>,
 }
 
+impl<I> Default for AfterTurn<I> {
+    /// Nothing special: the harness handles the turn's input as upstream does.
+    fn default() -> Self {
+        AfterTurn {
+            requeue_without_attempt: false,
+            requeue_front: Vec::new(),
+        }
+    }
+}
+
 /// What a live session has been shown, read from the worker after a successful turn (after the
 /// reply was published, so the agent's own reply is included).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
