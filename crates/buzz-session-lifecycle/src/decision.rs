@@ -121,3 +121,21 @@ impl<K> StoreOp<K> {
         }
     }
 }
+
+/// A kind of store operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// Opening the store (at startup, again after each failure).
+    Open,
+    /// Reading a scope's receipt.
+    Read,
+    /// Writing a new receipt.
+    Put,
+    /// Committing a turn to the receipt.
+    Commit,
+    /// Removing a scope's receipt.
+    Remove,
+    /// Removing every receipt of a channel.
+    RemoveChannel,
+}

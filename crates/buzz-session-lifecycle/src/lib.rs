@@ -36,7 +36,7 @@
 //! | [`classify`] | what an agent's error says about a stored session (gone or not) |
 //! | [`gate`] | which session methods the agent advertised, read by the negotiated ACP version |
 //! | [`notice`] | what a thread is told |
-//! | [`test_values`], [`testing`] | plain test values; the in-memory receipt store |
+//! | `test_values`, `testing` | plain test values; the in-memory receipt store (feature `test-support`, for tests only) |
 //!
 //! The imperative shell: [`driver`] (clock, mailbox, record sink), [`store_io`] with
 //! [`write_queue`] and [`receipts`] (the store off the event loop), [`dispatch`] (queue → turns,
@@ -80,7 +80,9 @@ pub mod store_io;
 pub mod telemetry;
 #[cfg(feature = "metrics")]
 pub mod telemetry_metrics;
+#[cfg(any(test, feature = "test-support"))]
 pub mod test_values;
+#[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod wire;
 pub mod write_queue;

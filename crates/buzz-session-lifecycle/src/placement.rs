@@ -280,7 +280,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     /// A receipt write was refused: the store holds something else than the lifecycle believed
     /// (`stored`: the session it names). The lifecycle no longer knows what is stored, so the
     /// scope's next start reads it again.
-    pub fn conflict(&mut self, scope: &K, op: crate::store_io::OpKind, stored: Option<String>) {
+    pub fn conflict(&mut self, scope: &K, op: crate::decision::OpKind, stored: Option<String>) {
         let state = self.state(scope);
         state.receipt.belief = crate::receipt_view::Belief::Unknown;
         state.receipt.freshness = Freshness::Stale;

@@ -27,6 +27,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::clock::Moment;
+pub use crate::decision::OpKind;
 use crate::receipt_view::Expect;
 use crate::receipts::{Condition, Receipts, Written, store_key};
 use crate::scope::Scope;
@@ -106,24 +107,6 @@ enum ReadState {
     /// Running, and asked for again since it started: its answer predates what was asked, so it
     /// is dropped and the scope is read again.
     RunningAskedAgain,
-}
-
-/// A kind of store operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OpKind {
-    /// Opening the store (at startup, again after each failure).
-    Open,
-    /// Reading a scope's receipt.
-    Read,
-    /// Writing a new receipt.
-    Put,
-    /// Committing a turn to the receipt.
-    Commit,
-    /// Removing a scope's receipt.
-    Remove,
-    /// Removing every receipt of a channel.
-    RemoveChannel,
 }
 
 /// How a store operation ended.

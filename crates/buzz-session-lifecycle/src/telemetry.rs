@@ -94,7 +94,7 @@ pub enum Record {
         /// Scope label.
         scope: String,
         /// The operation (`put`, `commit`, `remove`).
-        op: crate::store_io::OpKind,
+        op: crate::decision::OpKind,
         /// The session the store names now, if any.
         #[serde(skip_serializing_if = "Option::is_none")]
         stored_session_id: Option<String>,
@@ -252,7 +252,7 @@ mod tests {
         );
         let r = Record::ReceiptConflict {
             scope: "thread:aaaaaaaa".into(),
-            op: crate::store_io::OpKind::Put,
+            op: crate::decision::OpKind::Put,
             stored_session_id: None,
         };
         assert_eq!(r.observer_event().0, "receipt_conflict");
