@@ -58,7 +58,7 @@ pub enum NoticeCause {
     StoreUnavailable,
     /// The harness retired the session (a limit, a configuration change) and continued in a new
     /// one.
-    Rotated,
+    Retired,
     /// The session ran out of context space; the answer comes from a new session.
     Exhausted,
     /// The owner's model is not offered by the thread's session; the thread goes on unchanged.

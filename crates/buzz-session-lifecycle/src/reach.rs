@@ -89,7 +89,7 @@ pub enum ColdReason {
     StoreUnavailable,
     /// The harness retired the session (a turn limit, a full context, a configuration the
     /// agent cannot change in place); the new session starts from its handoff.
-    Rotated,
+    Retired,
     /// The session refused the prompt as too long; the new session gets the whole thread.
     Exhausted,
     /// The agent no longer had the stored session; the new session gets the whole thread.
@@ -313,7 +313,7 @@ pub fn decide(s: Situation<'_>) -> (Reach, Option<String>) {
         // The lifecycle reaches a retiring session as if it continued (to ask it for its
         // handoff); asked here, it is simply not continued.
         #[cfg(feature = "continuity")]
-        NextSession::Retire { .. } => ColdReason::Rotated,
+        NextSession::Retire { .. } => ColdReason::Retired,
         #[cfg(feature = "continuity")]
         NextSession::Replace { reason, .. } => *reason,
         NextSession::Continue if !s.resume => ColdReason::ResumeOff,

@@ -79,7 +79,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             let from = std::mem::replace(
                 &mut plan.reach,
                 Reach::Cold {
-                    reason: ColdReason::Rotated,
+                    reason: ColdReason::Retired,
                 },
             );
             if matches!(from, Reach::Cold { .. }) {
@@ -119,7 +119,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         match &plan.reach {
             Reach::Warm { record: warm, .. } if warm.retired.is_some() => {
                 plan.reach = Reach::Cold {
-                    reason: ColdReason::Rotated,
+                    reason: ColdReason::Retired,
                 };
                 plan.context = FirstContext::Handoff(handoff);
             }
@@ -216,7 +216,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         });
         let state = self.state(scope);
         state.next = NextSession::Replace {
-            reason: ColdReason::Rotated,
+            reason: ColdReason::Retired,
             context: FirstContext::Handoff(handoff.clone()),
         };
         let record = state
@@ -234,7 +234,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         }
         self.drop_retired(scope, slot, from_session_id);
         let text = crate::notice::handed_off(step.reason, &self.config.continuity);
-        self.notice(scope, NoticeCause::Rotated, text);
+        self.notice(scope, NoticeCause::Retired, text);
     }
 
     /// The retiring session `from_session_id` could not answer the handoff (`detail`): the turn
@@ -251,12 +251,12 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         });
         let context = self.whole_thread();
         self.state(scope).next = NextSession::Replace {
-            reason: ColdReason::Rotated,
+            reason: ColdReason::Retired,
             context,
         };
         self.drop_retired(scope, slot, from_session_id);
         let text = crate::notice::handoff_unavailable(detail, self.budget());
-        self.notice(scope, NoticeCause::Rotated, text);
+        self.notice(scope, NoticeCause::Retired, text);
     }
 
     /// The running turn's session refused its prompt as too long (`detail`): the session ends,
