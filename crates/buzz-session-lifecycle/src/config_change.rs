@@ -55,7 +55,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     }
 
     /// The running turn switched its session to `model` in place: the receipt records it.
-    pub fn model_switched(&mut self, scope: &K, model: &str, now: Moment) {
+    pub fn model_switched_in_place(&mut self, scope: &K, model: &str, now: Moment) {
         let session_id = self
             .scopes
             .get(scope)

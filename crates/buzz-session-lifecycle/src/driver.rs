@@ -426,7 +426,7 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                 }
                 #[cfg(feature = "config-in-place")]
                 Report::ModelSwitched { model } => {
-                    self.lifecycle.model_switched(&scope, &model, now)
+                    self.lifecycle.model_switched_in_place(&scope, &model, now)
                 }
                 #[cfg(feature = "config-in-place")]
                 Report::ModelRefused {
