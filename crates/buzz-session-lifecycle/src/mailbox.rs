@@ -4,6 +4,7 @@
 //! (the session it opened, the context window it used, a plan it could not carry out) to a
 //! [`Mailbox`], and the driver takes the mail in on the event loop before every decision.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::gate::RestoreMethod;
@@ -126,7 +127,10 @@ impl<K: Clone> Mailbox<K> {
     {
         let mailbox = self.clone();
         let scope = scope.clone();
-        Reporter(Some(Arc::new(move |report| mailbox.post(&scope, report))))
+        Reporter(Some(Destination {
+            id: NEXT_REPORTER.fetch_add(1, Ordering::Relaxed),
+            post: Arc::new(move |report| mailbox.post(&scope, report)),
+        }))
     }
 
     /// Takes every report posted so far, in order.
@@ -137,9 +141,29 @@ impl<K: Clone> Mailbox<K> {
 
 /// Where one turn task reports: its scope's mailbox, travelling with the turn's [`Plan`]
 /// (crate::Plan). A detached reporter (a plan made outside a driver, e.g. in tests) drops what
-/// it is told.
-#[derive(Clone, Default)]
-pub struct Reporter(Option<Arc<dyn Fn(Report) + Send + Sync>>);
+/// it is told. Two reporters are equal when they are the same one (a clone of the one the
+/// driver attached, or both detached), so plans compare by what they decide.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Reporter(Option<Destination>);
+
+/// Identities of the reporters the mailboxes hand out.
+static NEXT_REPORTER: AtomicU64 = AtomicU64::new(0);
+
+/// A scope's mailbox, as one reporter posts to it.
+#[derive(Clone)]
+struct Destination {
+    /// Which reporter this is (clones share it).
+    id: u64,
+    post: Arc<dyn Fn(Report) + Send + Sync>,
+}
+
+impl PartialEq for Destination {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for Destination {}
 
 impl std::fmt::Debug for Reporter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -154,8 +178,8 @@ impl std::fmt::Debug for Reporter {
 impl Reporter {
     /// Reports `report`.
     pub fn post(&self, report: Report) {
-        if let Some(post) = &self.0 {
-            post(report);
+        if let Some(destination) = &self.0 {
+            (destination.post)(report);
         }
     }
 
@@ -187,5 +211,39 @@ impl Reporter {
             method,
             detail,
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_values::TestScope;
+
+    #[test]
+    fn a_reporter_equals_its_clones_and_no_other() {
+        let mailbox: Mailbox<TestScope> = Mailbox::default();
+        let scope = TestScope::thread("c1", "root");
+        let one = mailbox.reporter(&scope);
+        let again = mailbox.reporter(&scope);
+        assert_eq!(one, one.clone());
+        assert_ne!(one, again, "each turn's reporter is its own");
+        assert_eq!(Reporter::default(), Reporter::default());
+        assert_ne!(one, Reporter::default());
+        one.post(Report::Stale);
+        again.post(Report::Stale);
+        assert_eq!(mailbox.drain().len(), 2, "both post to the scope's mailbox");
+    }
+
+    #[test]
+    fn plans_compare_by_what_they_decide() {
+        let hot = |report: Reporter| crate::Plan {
+            reach: crate::Reach::Hot {
+                session_id: "s1".into(),
+            },
+            report,
+            ..crate::Plan::default()
+        };
+        assert_eq!(hot(Reporter::default()), hot(Reporter::default()));
+        assert_ne!(hot(Reporter::default()), crate::Plan::default());
     }
 }

@@ -156,7 +156,7 @@ pub struct RetireStep {
 
 /// What the turn task needs to know about its session, carried to it with the turn's input,
 /// with where the task reports what it did.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
     /// How the session is reached.
     pub reach: Reach,
