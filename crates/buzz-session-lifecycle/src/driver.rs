@@ -11,8 +11,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::behaviours::Behaviour;
 use crate::clock::Moment;
 use crate::decision::{Command, Notice, StoreOp};
+use crate::gate::AgentCaps;
 use crate::lifecycle::{Lifecycle, LifecycleConfig};
 use crate::mailbox::{Mailbox, Report};
 use crate::outcome::{AfterTurn, Delivered, TurnOutcome};
@@ -42,9 +44,8 @@ pub struct Driver<K, I> {
     releases: Vec<Command<K, I>>,
     notices: Vec<Notice<K, I>>,
     fixed: Vec<String>,
-    /// What the operator's metrics are told (feature `metrics`).
-    #[cfg(feature = "metrics")]
-    metrics: crate::telemetry_metrics::Metrics<K>,
+    /// What the operator's metrics are told (with [`Behaviour::Metrics`]).
+    metrics: Option<crate::telemetry_metrics::Metrics<K>>,
 }
 
 impl<K: std::fmt::Debug, I: std::fmt::Debug> std::fmt::Debug for Driver<K, I> {
@@ -67,6 +68,10 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         records: RecordSink,
     ) -> Self {
         let origin = Instant::now();
+        let metrics = config
+            .behaviours
+            .has(Behaviour::Metrics)
+            .then(crate::telemetry_metrics::Metrics::default);
         Driver {
             lifecycle: Lifecycle::new(config),
             io: StoreIo::new(opener, origin),
@@ -77,8 +82,7 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
             releases: Vec::new(),
             notices: Vec::new(),
             fixed: Vec::new(),
-            #[cfg(feature = "metrics")]
-            metrics: crate::telemetry_metrics::Metrics::default(),
+            metrics,
         }
     }
 
@@ -97,7 +101,8 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         permission_mode: Option<&str>,
     ) {
         self.fixed = fixed.iter().map(|s| s.to_string()).collect();
-        let session = SessionConfig::new(fixed, model, permission_mode);
+        let behaviours = self.lifecycle.behaviours();
+        let session = SessionConfig::new(behaviours, fixed, model, permission_mode);
         self.lifecycle.configure_sessions(session);
     }
 
@@ -107,13 +112,11 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     /// them every session takes the model at its next turn, and none is abandoned.
     pub fn model_switched(&mut self, scope: &K, model: &str, live: Vec<(usize, String)>) {
         self.set_model(model);
-        #[cfg(feature = "config-in-place")]
-        {
-            let _ = live;
+        if self.lifecycle.has(Behaviour::ConfigInPlace) {
             self.lifecycle.model_addressed(scope);
+        } else {
+            self.abandon(scope, live);
         }
-        #[cfg(not(feature = "config-in-place"))]
-        self.abandon(scope, live);
     }
 
     fn set_model(&mut self, model: &str) {
@@ -123,7 +126,8 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
             .session_config()
             .requested_permission_mode
             .clone();
-        let session = SessionConfig::new(&fixed, Some(model), mode.as_deref());
+        let behaviours = self.lifecycle.behaviours();
+        let session = SessionConfig::new(behaviours, &fixed, Some(model), mode.as_deref());
         self.lifecycle.configure_sessions(session);
     }
 
@@ -142,6 +146,11 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         &self.lifecycle
     }
 
+    /// See [`Lifecycle::close_allowed`].
+    pub fn close_allowed(&self, caps: Option<AgentCaps>) -> bool {
+        self.lifecycle.close_allowed(caps)
+    }
+
     // ----- inputs from the harness ---------------------------------------------------------
 
     /// See [`Lifecycle::admitted`].
@@ -152,8 +161,9 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     /// See [`Lifecycle::turn_end`].
     pub fn turn_end(&mut self, scope: &K, outcome: TurnOutcome) -> AfterTurn<I> {
         self.take_in();
-        #[cfg(feature = "metrics")]
-        self.metrics.turn_ended(scope);
+        if let Some(metrics) = &mut self.metrics {
+            metrics.turn_ended(scope);
+        }
         let now = self.now();
         let after = self.lifecycle.turn_end(scope, outcome, now);
         self.take_out();
@@ -250,9 +260,9 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     pub(crate) fn take_in(&mut self) {
         let now = self.now();
         for (scope, report) in self.mailbox.drain() {
-            #[cfg(feature = "metrics")]
-            self.metrics
-                .report(&scope, &report, self.lifecycle.running_plan(&scope));
+            if let Some(metrics) = &mut self.metrics {
+                metrics.report(&scope, &report, self.lifecycle.running_plan(&scope));
+            }
             match report {
                 Report::Opened(opened) => self.lifecycle.opened(&scope, opened, now),
                 Report::Window(ids) => self.lifecycle.window(&scope, ids),
@@ -260,11 +270,9 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                 Report::Undecided { method, detail } => {
                     self.lifecycle.restore_undecided(&scope, method, detail)
                 }
-                #[cfg(feature = "config-in-place")]
                 Report::ModelSwitched { model } => {
                     self.lifecycle.model_switched(&scope, &model, now)
                 }
-                #[cfg(feature = "config-in-place")]
                 Report::ModelRefused {
                     model,
                     detail,
@@ -272,14 +280,12 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                 } => self
                     .lifecycle
                     .model_refused(&scope, &model, &detail, offered, now),
-                #[cfg(feature = "continuity")]
                 Report::HandoffTaken {
                     from_session_id,
                     text,
                 } => self
                     .lifecycle
                     .handoff_taken(&scope, &from_session_id, &text, now),
-                #[cfg(feature = "continuity")]
                 Report::HandoffUnavailable {
                     from_session_id,
                     detail,
@@ -301,8 +307,9 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     fn apply_io(&mut self, events: Vec<IoEvent<K>>) {
         let now = self.now();
         for event in events {
-            #[cfg(feature = "metrics")]
-            self.metrics.store(&event);
+            if let Some(metrics) = &mut self.metrics {
+                metrics.store(&event);
+            }
             match event {
                 IoEvent::Read(scope, Ok(record)) => self.lifecycle.read_done(&scope, Ok(record)),
                 IoEvent::Read(scope, Err(e)) => {
@@ -371,13 +378,17 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         for record in out.records {
             self.emit(&record);
         }
-        #[cfg(all(feature = "metrics", feature = "residency"))]
-        self.metrics.residents(self.lifecycle.residents());
+        if let Some(metrics) = &mut self.metrics
+            && self.lifecycle.has(Behaviour::Residency)
+        {
+            metrics.residents(self.lifecycle.residents());
+        }
         for command in out.commands {
             match command {
                 Command::Notice(notice) => {
-                    #[cfg(feature = "metrics")]
-                    self.metrics.notice(notice.cause);
+                    if let Some(metrics) = &mut self.metrics {
+                        metrics.notice(notice.cause);
+                    }
                     self.notices.push(notice);
                 }
                 release @ Command::Release { .. } => self.releases.push(release),
@@ -386,8 +397,9 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     }
 
     fn emit(&mut self, record: &Record) {
-        #[cfg(feature = "metrics")]
-        self.metrics.record(record);
+        if let Some(metrics) = &mut self.metrics {
+            metrics.record(record);
+        }
         let (kind, fields) = record.observer_event();
         match record.level() {
             Level::Debug => tracing::debug!(kind = %kind, %fields, "session lifecycle"),
@@ -398,7 +410,8 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     }
 }
 
-#[cfg(feature = "residency")]
+/// Resident sessions (the hooks of patch `resident-background-controllers`; with residency off
+/// there are none, and these change nothing).
 impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     /// See [`Lifecycle::cancel_requested`].
     pub fn cancel_requested(&mut self, scope: &K) {
