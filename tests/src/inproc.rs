@@ -101,7 +101,9 @@ pub fn config(s: &Scenario, agent_command: &str, extra: &[&str]) -> Config {
 
 /// The harness's flags, leaving out (with a note) any flag this build does not know: a guard run
 /// without the patch that adds a flag then runs the harness without it, and fails by what the
-/// harness does, not by a command line it rejects.
+/// harness does, not by a command line it rejects. (The series' flags exist in every build that
+/// carries `session-store-resume`; a flag whose patch is missing there is ignored by the harness
+/// itself, with a warning, to the same effect.)
 fn parse_known(mut argv: Vec<&str>) -> CliArgs {
     loop {
         let error = match CliArgs::try_parse_from(&argv) {

@@ -136,9 +136,10 @@ pub struct TestBinaries {
 }
 
 impl TestBinaries {
-    /// Removes the executables. Each tree builds the tests package's targets
-    /// with its own features, so cargo names their executables apart and
-    /// keeps every tree's (about 100 MB each, fifteen per tree): removed once
+    /// Removes the executables. Trees whose packages resolve differently (a
+    /// tree without the lifecycle crate, or without the in-process registry)
+    /// build the tests package's targets under other names, so cargo keeps
+    /// every such tree's (about 100 MB each, fifteen per tree): removed once
     /// their tree's guards ran, they never pile up in `target/`.
     ///
     /// # Errors
@@ -186,10 +187,10 @@ pub struct WorkspaceBuild {
 impl WorkspaceBuild {
     /// Removes the copies cargo keeps of this build's binaries in the
     /// profile's `deps/` (the file a binary in the profile's directory is a
-    /// hard link of). Each tree links its binaries with its own features, so
-    /// cargo names their copies apart (about 50 MB each) and keeps every
-    /// tree's; the binaries themselves stay until the next tree's build
-    /// replaces them. A copy that cannot be identified is left alone.
+    /// hard link of). Trees whose packages resolve differently link their
+    /// binaries under other names, so cargo keeps each such tree's copies
+    /// (about 50 MB each); the binaries themselves stay until the next tree's
+    /// build replaces them. A copy that cannot be identified is left alone.
     ///
     /// # Errors
     /// When a copy cannot be removed.

@@ -227,6 +227,34 @@ pub struct SurfaceLimits {
     /// Whether an import cycle through a glue module is an error.
     #[serde(default)]
     pub forbid_glue_import_cycles: bool,
+    /// Lists in glue modules that later patches may each add lines to without
+    /// owning the module: the series' switchboard, where a patch whose whole
+    /// effect lives in a fork crate switches it on with one line (see
+    /// `crate::surface`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub switch_lists: Vec<SwitchList>,
+}
+
+impl SurfaceLimits {
+    /// The item of the switch list declared in `path`, if any.
+    #[must_use]
+    pub fn switch_list(&self, path: &str) -> Option<&str> {
+        self.switch_lists
+            .iter()
+            .find(|l| l.path == path)
+            .map(|l| l.item.as_str())
+    }
+}
+
+/// A list in a glue module that later patches may add lines to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchList {
+    /// Repo-relative path of the glue module.
+    pub path: String,
+    /// The item holding the list, named as the surface names items
+    /// (`const BEHAVIOURS`).
+    pub item: String,
 }
 
 /// Members of the patched workspace besides the patched crate and fork crates.

@@ -6,7 +6,11 @@
 //!   [`crate::enclosing`]), with the lines it adds and removes;
 //! * the new files the series adds inside the patched crate, with their line
 //!   counts in the fully patched tree and the patches that edit them: new
-//!   `.rs` files are *glue modules*, and each belongs to one patch;
+//!   `.rs` files are *glue modules*, and each belongs to one patch. A later
+//!   patch may add lines to a *switch list* the registry declares in a glue
+//!   module (`surface.switch_lists`: the item holding it) without owning the
+//!   module, as long as every hunk it makes there only adds lines inside that
+//!   item: such a patch is listed apart, as switching something on;
 //! * import cycles between baseline modules and glue modules in the fully
 //!   patched crate (see [`crate::modgraph`]).
 //!
@@ -20,7 +24,7 @@ use std::fmt::Write as _;
 
 use crate::enclosing;
 use crate::modgraph;
-use crate::patchfile::{HunkLine, ParsedPatch};
+use crate::patchfile::{Hunk, HunkLine, ParsedPatch};
 use crate::registry::{Registry, SurfaceLimits};
 
 /// One hunk a patch makes in an upstream file.
@@ -125,6 +129,9 @@ pub struct NewFile {
     /// The patches whose diffs touch it, in series order (the first creates
     /// it). More than one breaks the ownership rule.
     pub patches: Vec<String>,
+    /// Later patches that only add lines to its declared switch list, in
+    /// series order (they do not own it).
+    pub switches: Vec<String>,
 }
 
 impl NewFile {
@@ -315,7 +322,7 @@ impl Surface {
             for g in &self.glue {
                 let _ = writeln!(
                     s,
-                    "  {} {} lines, edited by {}{}",
+                    "  {} {} lines, edited by {}{}{}",
                     g.path,
                     g.lines,
                     g.patches.join(", "),
@@ -323,7 +330,8 @@ impl Surface {
                         " (more than one patch)"
                     } else {
                         ""
-                    }
+                    },
+                    switches_text(&g.switches, false)
                 );
             }
         }
@@ -438,7 +446,7 @@ fn new_file_table(m: &mut String, what: &str, files: &[NewFile]) {
     for f in files {
         let _ = writeln!(
             m,
-            "| `{}` | {} | {}{} |",
+            "| `{}` | {} | {}{}{} |",
             f.path,
             f.lines,
             code_list(&f.patches),
@@ -446,9 +454,35 @@ fn new_file_table(m: &mut String, what: &str, files: &[NewFile]) {
                 " (**more than one patch**)"
             } else {
                 ""
-            }
+            },
+            switches_text(&f.switches, true)
         );
     }
+}
+
+/// The patches that add lines to a file's switch list, after its owner.
+fn switches_text(switches: &[String], code: bool) -> String {
+    if switches.is_empty() {
+        return String::new();
+    }
+    let list = if code {
+        code_list(switches)
+    } else {
+        switches.join(", ")
+    };
+    format!("; its switch list: {list}")
+}
+
+/// Whether every hunk of a patch in a glue module only adds lines inside
+/// `item` (the module's switch list), `text` being the module as the patch
+/// finds it.
+fn adds_only_to(item: &str, path: &str, text: &str, hunks: &[Hunk]) -> bool {
+    !hunks.is_empty()
+        && hunks.iter().all(|h| {
+            let inserts = h.lines.iter().any(|l| matches!(l, HunkLine::Insert(_)));
+            let deletes = h.lines.iter().any(|l| matches!(l, HunkLine::Delete(_)));
+            inserts && !deletes && enclosing::touched_items(path, text, h) == [item]
+        })
 }
 
 fn cycle_text(cycle: &[String]) -> String {
@@ -489,6 +523,13 @@ pub fn measure<E>(
     let crate_prefix = format!("{crate_dir}/");
     let mut surface = Surface::default();
     let mut created: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut switches: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let switch_list = |path: &str| {
+        registry
+            .surface
+            .as_ref()
+            .and_then(|limits| limits.switch_list(path))
+    };
     for (index, (id, parsed)) in patches.iter().enumerate() {
         let mut hunks = Vec::new();
         for file in &parsed.files {
@@ -517,7 +558,18 @@ pub fn measure<E>(
                     });
                 }
             } else if file.path.starts_with(&crate_prefix) {
-                let editors = created.entry(file.path.clone()).or_default();
+                let switched = match switch_list(&file.path) {
+                    Some(item) if created.contains_key(&file.path) => {
+                        (trees.before)(index, &file.path)?
+                            .is_some_and(|text| adds_only_to(item, &file.path, &text, &file.hunks))
+                    }
+                    _ => false,
+                };
+                let editors = if switched {
+                    switches.entry(file.path.clone()).or_default()
+                } else {
+                    created.entry(file.path.clone()).or_default()
+                };
                 if !editors.iter().any(|e| e == id) {
                     editors.push((*id).to_owned());
                 }
@@ -535,6 +587,7 @@ pub fn measure<E>(
         };
         let file = NewFile {
             lines: line_count(&text),
+            switches: switches.remove(&path).unwrap_or_default(),
             path: path.clone(),
             patches: editors,
         };
@@ -678,6 +731,7 @@ diff --git a/c/src/resume.rs b/c/src/resume.rs
                 path: "c/src/resume.rs".into(),
                 lines: 2,
                 patches: vec!["p".into()],
+                switches: Vec::new(),
             }]
         );
         assert!(surface.ownership_violations().is_empty());
@@ -694,6 +748,7 @@ diff --git a/c/src/resume.rs b/c/src/resume.rs
             max_removed_lines_in_upstream_files: Some(1),
             max_glue_module_lines: None,
             forbid_glue_import_cycles: true,
+            switch_lists: Vec::new(),
         };
         assert_eq!(
             surface.violations(&limits),
@@ -708,6 +763,7 @@ diff --git a/c/src/resume.rs b/c/src/resume.rs
             max_removed_lines_in_upstream_files: Some(1),
             max_glue_module_lines: None,
             forbid_glue_import_cycles: false,
+            switch_lists: Vec::new(),
         };
         assert!(surface.violations(&generous).is_empty());
         assert!(surface.cycle_violations(&generous).is_empty());
@@ -733,5 +789,105 @@ diff --git a/c/src/resume.rs b/c/src/resume.rs
             ),
             "{problems:?}"
         );
+    }
+
+    /// A glue module with a switch list (`const ON`), created by `p`.
+    const SWITCHBOARD: &str = "\
+diff --git a/c/src/on.rs b/c/src/on.rs
+new file mode 100644
+--- /dev/null
++++ b/c/src/on.rs
+@@ -0,0 +1,5 @@
++pub const ON: &[&str] = &[
++    // one line per patch
++];
++
++pub fn on() -> usize { ON.len() }
+";
+
+    /// Measures `first` (which creates `c/src/on.rs`) then `second`, with
+    /// `const ON` declared as its switch list or not.
+    fn measure_switch(second: &str, declared: bool) -> Surface {
+        let registry = if declared {
+            REGISTRY.replace(
+                r#""patches": []"#,
+                r#""surface": {"switch_lists": [{"path": "c/src/on.rs", "item": "const ON"}]},
+                   "patches": []"#,
+            )
+        } else {
+            REGISTRY.to_owned()
+        };
+        let registry = Registry::parse(&registry, std::path::Path::new("patches.json")).unwrap();
+        let created = "pub const ON: &[&str] = &[\n    // one line per patch\n];\n\npub fn on() -> usize { ON.len() }\n";
+        let first = patchfile::parse(SWITCHBOARD).unwrap();
+        let second = patchfile::parse(second).unwrap();
+        measure::<()>(
+            &registry,
+            &[("p", &first), ("q", &second)],
+            Trees {
+                in_baseline: &mut |_| Ok(false),
+                before: &mut |i, p: &str| {
+                    Ok((i > 0 && p == "c/src/on.rs").then(|| created.to_owned()))
+                },
+                patched: &mut |p: &str| Ok((p == "c/src/on.rs").then(|| created.to_owned())),
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_later_patch_may_add_lines_to_a_declared_switch_list_and_nothing_else() {
+        let switch_line = "\
+diff --git a/c/src/on.rs b/c/src/on.rs
+--- a/c/src/on.rs
++++ b/c/src/on.rs
+@@ -1,3 +1,4 @@
+ pub const ON: &[&str] = &[
+     // one line per patch
++    \"q\",
+ ];
+";
+        let surface = measure_switch(switch_line, true);
+        assert_eq!(surface.glue[0].patches, ["p"]);
+        assert_eq!(surface.glue[0].switches, ["q"]);
+        assert!(surface.ownership_violations().is_empty());
+        assert!(
+            surface
+                .markdown(None)
+                .contains("| `c/src/on.rs` | 5 | `p`; its switch list: `q` |")
+        );
+
+        // Not declared: the same line is an edit of `p`'s module.
+        let surface = measure_switch(switch_line, false);
+        assert_eq!(surface.glue[0].patches, ["p", "q"]);
+        assert_eq!(surface.ownership_violations().len(), 1);
+
+        // Declared, but a line outside the list, or a line of it taken away, is an edit.
+        let outside = "\
+diff --git a/c/src/on.rs b/c/src/on.rs
+--- a/c/src/on.rs
++++ b/c/src/on.rs
+@@ -3,3 +3,4 @@
+ ];
+ 
+ pub fn on() -> usize { ON.len() }
++pub fn off() {}
+";
+        let removed = "\
+diff --git a/c/src/on.rs b/c/src/on.rs
+--- a/c/src/on.rs
++++ b/c/src/on.rs
+@@ -1,3 +1,3 @@
+ pub const ON: &[&str] = &[
+-    // one line per patch
++    \"q\",
+ ];
+";
+        for edit in [outside, removed] {
+            let surface = measure_switch(edit, true);
+            assert_eq!(surface.glue[0].patches, ["p", "q"], "{edit}");
+            assert!(surface.glue[0].switches.is_empty());
+            assert_eq!(surface.ownership_violations().len(), 1);
+        }
     }
 }

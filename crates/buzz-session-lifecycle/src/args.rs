@@ -1,6 +1,11 @@
 //! The series' command-line flags. Every flag also reads its `BUZZ_ACP_*` environment variable,
-//! like upstream's own flags. The harness flattens [`SessionArgs`] into its command line once;
-//! each patch's flags come with its feature.
+//! like upstream's own flags. The harness flattens [`SessionArgs`] into its command line once.
+//!
+//! Every flag exists in every build, whichever patches of the series it carries. A flag that
+//! belongs to a behaviour the harness does not carry (see [`crate::behaviours`]) changes nothing:
+//! set to anything but its default, it is ignored with one warning at startup that names the
+//! patch it needs ([`SessionArgs::ignored_flags`]), as a harness without the patch ignores its
+//! environment variable.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -9,6 +14,7 @@ use std::time::Duration;
 use buzz_session_store::{KeyScheme, ReceiptStore, StoreArgs, StoreConfig, StoreError, StoreScope};
 use clap::builder::BoolishValueParser;
 
+use crate::behaviours::{Behaviour, Behaviours};
 use crate::lifecycle::LifecycleConfig;
 use crate::receipts::Receipts;
 use crate::retry::RetryPolicy;
@@ -17,11 +23,20 @@ use crate::store_io::Opener;
 /// How receipts are keyed: by the full scope with `store-key-session-scope` (each thread of a
 /// channel comes back to its own session), else by channel, as block/buzz#6088 does. Receipts
 /// keyed by channel read as conversation scopes under the scope scheme.
-#[cfg(feature = "scope-keys")]
-pub const KEY_SCHEME: KeyScheme = KeyScheme::Scope;
-/// See above.
-#[cfg(not(feature = "scope-keys"))]
-pub const KEY_SCHEME: KeyScheme = KeyScheme::Channel;
+pub fn key_scheme(behaviours: Behaviours) -> KeyScheme {
+    if behaviours.has(Behaviour::ScopeKeys) {
+        KeyScheme::Scope
+    } else {
+        KeyScheme::Channel
+    }
+}
+
+/// `--max-resident-sessions` by default.
+pub const DEFAULT_MAX_RESIDENT_SESSIONS: usize = 8;
+
+/// `--whole-thread-budget-kb` by default.
+pub const DEFAULT_WHOLE_THREAD_BUDGET_KB: usize =
+    crate::retirement::DEFAULT_WHOLE_THREAD_BUDGET_BYTES / 1024;
 
 /// Every flag of the series.
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
@@ -29,16 +44,13 @@ pub struct SessionArgs {
     /// Restart resume.
     #[command(flatten)]
     pub resume: ResumeArgs,
-    /// Resident sessions.
-    #[cfg(feature = "residency")]
+    /// Resident sessions (patch `resident-background-controllers`).
     #[command(flatten)]
     pub residency: ResidencyArgs,
-    /// Handoffs and whole-thread replacements.
-    #[cfg(feature = "continuity")]
+    /// Handoffs and whole-thread replacements (patch `continuity-handoff`).
     #[command(flatten)]
     pub continuity: ContinuityArgs,
-    /// The operator's metrics endpoint.
-    #[cfg(feature = "metrics")]
+    /// The operator's metrics endpoint (patch `operator-metrics`).
     #[command(flatten)]
     pub metrics: MetricsArgs,
 }
@@ -79,69 +91,77 @@ pub struct ResumeArgs {
 }
 
 /// Resident sessions: hot continuation on the live session.
-#[cfg(feature = "residency")]
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub struct ResidencyArgs {
     /// Live sessions kept resident after a successful turn, for hot follow-ups (least recently
-    /// used disposed first; 0 restores upstream routing).
-    #[arg(long, env = "BUZZ_ACP_MAX_RESIDENT_SESSIONS", default_value_t = 8)]
+    /// used disposed first; 0 restores upstream routing). With patch
+    /// resident-background-controllers.
+    #[arg(long, env = "BUZZ_ACP_MAX_RESIDENT_SESSIONS", default_value_t = DEFAULT_MAX_RESIDENT_SESSIONS)]
     pub max_resident_sessions: usize,
 }
 
 /// Continuity across rotations: handoffs, limits that survive restores, whole-thread
 /// replacements. (The turn limit itself is upstream's `--max-turns-per-session`.)
-#[cfg(feature = "continuity")]
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub struct ContinuityArgs {
-    /// What a session the harness retires is asked for its handoff to its successor.
+    /// What a session the harness retires is asked for its handoff to its successor. With patch
+    /// continuity-handoff.
     #[arg(long, env = "BUZZ_ACP_HANDOFF_PROMPT",
           default_value = crate::retirement::DEFAULT_HANDOFF_INSTRUCTION, hide_default_value = true)]
     pub handoff_prompt: String,
 
     /// Retire a session (with a handoff) once its reported usage reaches this share of its
     /// context window, in percent (0: never; agents that compact their own context need not).
+    /// With patch continuity-handoff.
     #[arg(long, env = "BUZZ_ACP_ROTATE_AT_CONTEXT_PERCENT", default_value_t = 0,
           value_parser = clap::value_parser!(u8).range(0..=100))]
     pub rotate_at_context_percent: u8,
 
     /// Kilobytes of the whole thread given to a session that replaces a lost, exhausted or
-    /// unanswering one (instead of the last messages only).
-    #[arg(long, env = "BUZZ_ACP_WHOLE_THREAD_BUDGET_KB", default_value_t = 64)]
+    /// unanswering one (instead of the last messages only). With patch continuity-handoff.
+    #[arg(long, env = "BUZZ_ACP_WHOLE_THREAD_BUDGET_KB", default_value_t = DEFAULT_WHOLE_THREAD_BUDGET_KB)]
     pub whole_thread_budget_kb: usize,
 }
 
 /// The operator's metrics: Prometheus text exposition over HTTP (see
 /// [`crate::telemetry_metrics`]).
-#[cfg(feature = "metrics")]
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub struct MetricsArgs {
     /// Serve Prometheus metrics (hot / warm / cold turns, restores, notices, residents, the
     /// receipt store's operations and health) over HTTP at this address, e.g. 127.0.0.1:9464.
-    /// Off by default; the address is bound at startup.
+    /// Off by default; the address is bound at startup. With patch operator-metrics.
     #[arg(long, env = "BUZZ_ACP_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl SessionArgs {
-    /// The lifecycle's configuration. `owner_configured`: notices may mention `!rotate`;
-    /// `steer`: mid-turn input is steered into the running turn; `max_turns`: upstream's
-    /// `--max-turns-per-session` (the lifecycle enforces it across restores, with continuity).
+    /// The lifecycle's configuration for a harness that carries `behaviours`.
+    /// `owner_configured`: notices may mention `!rotate`; `steer`: mid-turn input is steered
+    /// into the running turn; `max_turns`: upstream's `--max-turns-per-session` (the lifecycle
+    /// enforces it across restores, with continuity). Each flag of a behaviour the harness does
+    /// not carry that is set anyway is logged as ignored, once (the harness calls this once, at
+    /// startup).
     pub fn lifecycle_config(
         &self,
+        behaviours: Behaviours,
         owner_configured: bool,
         steer: bool,
         max_turns: Option<u32>,
     ) -> LifecycleConfig {
-        let _ = (steer, max_turns);
+        for (flag, behaviour) in self.ignored_flags(behaviours) {
+            tracing::warn!(
+                flag,
+                patch = behaviour.patch(),
+                "this harness does not carry the patch this flag belongs to; the flag is ignored"
+            );
+        }
         LifecycleConfig {
+            behaviours,
             resume: !self.resume.no_resume_sessions,
             retry: self.resume.retry_policy(),
             owner_configured,
-            #[cfg(feature = "residency")]
             max_residents: self.residency.max_resident_sessions,
-            #[cfg(feature = "residency")]
             steer,
-            #[cfg(feature = "continuity")]
             continuity: crate::retirement::ContinuityConfig {
                 max_turns,
                 rotate_at_context_percent: (self.continuity.rotate_at_context_percent > 0)
@@ -152,19 +172,58 @@ impl SessionArgs {
         }
     }
 
+    /// The flags set to something other than their default (on the command line or by their
+    /// environment variable) that belong to a behaviour `behaviours` does not carry, each with
+    /// that behaviour: they change nothing.
+    pub fn ignored_flags(&self, behaviours: Behaviours) -> Vec<(&'static str, Behaviour)> {
+        let continuity = &self.continuity;
+        let set = [
+            (
+                "--max-resident-sessions",
+                Behaviour::Residency,
+                self.residency.max_resident_sessions != DEFAULT_MAX_RESIDENT_SESSIONS,
+            ),
+            (
+                "--handoff-prompt",
+                Behaviour::Continuity,
+                continuity.handoff_prompt != crate::retirement::DEFAULT_HANDOFF_INSTRUCTION,
+            ),
+            (
+                "--rotate-at-context-percent",
+                Behaviour::Continuity,
+                continuity.rotate_at_context_percent != 0,
+            ),
+            (
+                "--whole-thread-budget-kb",
+                Behaviour::Continuity,
+                continuity.whole_thread_budget_kb != DEFAULT_WHOLE_THREAD_BUDGET_KB,
+            ),
+            (
+                "--metrics-listen",
+                Behaviour::Metrics,
+                self.metrics.metrics_listen.is_some(),
+            ),
+        ];
+        set.into_iter()
+            .filter(|(_, behaviour, set)| *set && !behaviours.has(*behaviour))
+            .map(|(flag, behaviour, _)| (flag, behaviour))
+            .collect()
+    }
+
     /// How long a turn waits for its receipt.
     pub fn read_wait(&self) -> Duration {
         Duration::from_secs(self.resume.session_store_wait_secs)
     }
 
-    /// Opens the receipt store of agent `agent_pubkey` on relay `relay` (nothing is stored with
+    /// Opens the receipt store of agent `agent_pubkey` on relay `relay` for a harness that carries
+    /// `behaviours` (they choose the key scheme, [`key_scheme`]; nothing is stored with
     /// `--no-resume-sessions`); an old JSON store in `state_dir` is imported on first open. The
     /// configuration is checked now; the store itself is opened by the driver, in the background,
     /// so a database that is down when the harness starts does not stop it.
     ///
     /// The harness calls this once, when it starts, right before it builds the
-    /// [`Driver`](crate::Driver): with `--metrics-listen` the metrics endpoint starts here too
-    /// (its recorder then sees everything the driver does).
+    /// [`Driver`](crate::Driver): with `--metrics-listen` (and [`Behaviour::Metrics`]) the
+    /// metrics endpoint starts here too (its recorder then sees everything the driver does).
     ///
     /// # Errors
     /// A store configuration that can never work (an unparsable or unsupported URL), or a store
@@ -176,12 +235,14 @@ impl SessionArgs {
     /// error the harness's start-up path carries from here).
     pub fn opener(
         &self,
+        behaviours: Behaviours,
         relay: &str,
         agent_pubkey: &str,
         state_dir: &Path,
     ) -> Result<Opener, StoreError> {
-        #[cfg(feature = "metrics")]
-        if let Some(addr) = self.metrics.metrics_listen {
+        if behaviours.has(Behaviour::Metrics)
+            && let Some(addr) = self.metrics.metrics_listen
+        {
             crate::telemetry_metrics::serve(addr).map_err(|e| StoreError::Config {
                 reason: e.to_string(),
             })?;
@@ -190,14 +251,15 @@ impl SessionArgs {
             relay: relay.to_string(),
             agent_pubkey: agent_pubkey.to_string(),
         };
+        let scheme = key_scheme(behaviours);
         if self.resume.no_resume_sessions {
             let disabled: Arc<dyn ReceiptStore> =
-                Arc::new(buzz_session_store::DisabledStore::new(scope, KEY_SCHEME));
+                Arc::new(buzz_session_store::DisabledStore::new(scope, scheme));
             return Ok(Arc::new(move || {
                 Ok(Arc::new(Arc::clone(&disabled)) as Arc<dyn Receipts>)
             }));
         }
-        let config = StoreConfig::from_args(&self.resume.store, scope, KEY_SCHEME, state_dir)?;
+        let config = StoreConfig::from_args(&self.resume.store, scope, scheme, state_dir)?;
         let opener: Opener = Arc::new(move || {
             let store: Arc<dyn ReceiptStore> = Arc::from(buzz_session_store::open(&config)?);
             tracing::info!(backend = %store.kind(), location = %store.location(), "session receipts");
@@ -259,12 +321,74 @@ mod tests {
         assert_eq!(cli.session.read_wait(), Duration::from_secs(3));
     }
 
-    #[cfg(feature = "residency")]
     #[test]
     fn residency_flag() {
         let cli = Cli::try_parse_from(["x"]).unwrap();
         assert_eq!(cli.session.residency.max_resident_sessions, 8);
         let cli = Cli::try_parse_from(["x", "--max-resident-sessions", "0"]).unwrap();
         assert_eq!(cli.session.residency.max_resident_sessions, 0);
+        let config = cli
+            .session
+            .lifecycle_config(Behaviours::all(), false, true, None);
+        assert_eq!(config.max_residents, 0);
+    }
+
+    /// Every flag exists whatever the harness carries; one set for a behaviour it does not carry
+    /// is reported as ignored, with its patch, and a default value is never reported.
+    #[test]
+    fn flags_of_a_behaviour_the_harness_does_not_carry_are_ignored() {
+        let defaults = Cli::try_parse_from(["x"]).unwrap().session;
+        assert_eq!(defaults.ignored_flags(Behaviours::default()), []);
+        let cli = Cli::try_parse_from([
+            "x",
+            "--max-resident-sessions",
+            "1",
+            "--handoff-prompt",
+            "write it down",
+            "--rotate-at-context-percent",
+            "80",
+            "--whole-thread-budget-kb",
+            "32",
+            "--metrics-listen",
+            "127.0.0.1:9464",
+        ])
+        .unwrap()
+        .session;
+        assert_eq!(cli.ignored_flags(Behaviours::all()), []);
+        let flags = |behaviours| {
+            cli.ignored_flags(behaviours)
+                .into_iter()
+                .map(|(flag, behaviour)| format!("{flag} {}", behaviour.patch()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            flags(Behaviours::default()),
+            [
+                "--max-resident-sessions resident-background-controllers",
+                "--handoff-prompt continuity-handoff",
+                "--rotate-at-context-percent continuity-handoff",
+                "--whole-thread-budget-kb continuity-handoff",
+                "--metrics-listen operator-metrics",
+            ]
+        );
+        let residency = Behaviours::of(&[Behaviour::Residency, Behaviour::ConfigInPlace]);
+        assert_eq!(flags(residency), ["--metrics-listen operator-metrics"]);
+        let config = cli.lifecycle_config(Behaviours::default(), true, false, Some(3));
+        assert_eq!(config.behaviours, Behaviours::default());
+        assert_eq!(config.continuity.whole_thread_budget_bytes, 32 * 1024);
+        assert_eq!(config.continuity.max_turns, Some(3));
+    }
+
+    #[test]
+    fn receipts_are_keyed_by_scope_only_with_scope_keys() {
+        assert_eq!(key_scheme(Behaviours::default()), KeyScheme::Channel);
+        assert_eq!(
+            key_scheme(Behaviours::all().without(Behaviour::ScopeKeys)),
+            KeyScheme::Channel
+        );
+        assert_eq!(
+            key_scheme(Behaviours::of(&[Behaviour::ScopeKeys])),
+            KeyScheme::Scope
+        );
     }
 }

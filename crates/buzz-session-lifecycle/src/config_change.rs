@@ -1,9 +1,9 @@
-//! Configuration changes in place (patch `model-switch-in-place`, feature `config-in-place`).
+//! Configuration changes in place (patch `model-switch-in-place`, behaviour `ConfigInPlace`).
 //!
 //! Upstream's `!model` applies to the whole harness by starting over: the addressed thread's
 //! session is dropped, and every other thread whose session was opened under the old model loses
 //! it at its next message (and after a restart, the same switch restored those sessions instead:
-//! two paths, two behaviours). With this feature a model switch is applied to each thread's
+//! two paths, two behaviours). With this behaviour a model switch is applied to each thread's
 //! session at its next turn with `session/set_config_option` (config `model`) — hot, and after a
 //! restore too — and the receipt records the applied model; the session goes on. Only where the
 //! agent cannot switch in place is a session replaced, and only for the thread the owner

@@ -62,7 +62,6 @@ pub enum NoticeCause {
     /// The session ran out of context space; the answer comes from a new session.
     Exhausted,
     /// The owner's model is not offered by the thread's session; the thread goes on unchanged.
-    #[cfg(feature = "config-in-place")]
     ModelNotOffered,
 }
 

@@ -112,12 +112,10 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                     self.lifecycle.read_receipt(&scope, now);
                     continue;
                 }
-                #[cfg(feature = "residency")]
                 Placed::WaitForResident(scope, slot) => {
                     self.lifecycle.waiting_for_resident(&scope, slot);
                     continue;
                 }
-                #[cfg(feature = "residency")]
                 Placed::Dispose(scope, reason) => {
                     self.lifecycle.dispose_resident(&scope, reason);
                     continue;

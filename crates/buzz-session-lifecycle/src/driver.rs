@@ -11,8 +11,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::behaviours::Behaviour;
 use crate::clock::Moment;
 use crate::decision::{Command, Notice, StoreOp};
+use crate::gate::AgentCaps;
 use crate::lifecycle::{Lifecycle, LifecycleConfig};
 use crate::mailbox::{Mailbox, Report};
 use crate::outcome::{AfterTurn, Delivered, TurnOutcome};
@@ -97,16 +99,13 @@ pub enum HarnessInput<K, I> {
         live: Vec<(usize, String)>,
     },
     /// The owner asked to cancel `scope`'s running turn (`Lifecycle::cancel_requested`).
-    #[cfg(feature = "residency")]
     CancelRequested {
         /// The scope.
         scope: K,
     },
     /// The lazy pool went to sleep: its workers and their sessions are gone.
-    #[cfg(feature = "residency")]
     PoolSlept,
     /// The harness is stopping.
-    #[cfg(feature = "residency")]
     Shutdown,
 }
 
@@ -130,9 +129,8 @@ pub struct Driver<K, I> {
     releases: Vec<Command<K, I>>,
     notices: Vec<Notice<K, I>>,
     fixed: Vec<String>,
-    /// What the operator's metrics are told (feature `metrics`).
-    #[cfg(feature = "metrics")]
-    metrics: crate::telemetry_metrics::Metrics<K>,
+    /// What the operator's metrics are told (with [`Behaviour::Metrics`]).
+    metrics: Option<crate::telemetry_metrics::Metrics<K>>,
 }
 
 impl<K: std::fmt::Debug, I: std::fmt::Debug> std::fmt::Debug for Driver<K, I> {
@@ -155,6 +153,10 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         records: RecordSink,
     ) -> Self {
         let origin = Instant::now();
+        let metrics = config
+            .behaviours
+            .has(Behaviour::Metrics)
+            .then(crate::telemetry_metrics::Metrics::default);
         Driver {
             lifecycle: Lifecycle::new(config),
             io: StoreIo::new(opener, origin),
@@ -165,8 +167,7 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
             releases: Vec::new(),
             notices: Vec::new(),
             fixed: Vec::new(),
-            #[cfg(feature = "metrics")]
-            metrics: crate::telemetry_metrics::Metrics::default(),
+            metrics,
         }
     }
 
@@ -185,7 +186,8 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         permission_mode: Option<&str>,
     ) {
         self.fixed = fixed.iter().map(|s| s.to_string()).collect();
-        let session = SessionConfig::new(fixed, model, permission_mode);
+        let behaviours = self.lifecycle.behaviours();
+        let session = SessionConfig::new(behaviours, fixed, model, permission_mode);
         self.lifecycle.configure_sessions(session);
     }
 
@@ -206,7 +208,8 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
             .session_config()
             .requested_permission_mode
             .clone();
-        let session = SessionConfig::new(&fixed, Some(model), mode.as_deref());
+        let behaviours = self.lifecycle.behaviours();
+        let session = SessionConfig::new(behaviours, &fixed, Some(model), mode.as_deref());
         self.lifecycle.configure_sessions(session);
     }
 
@@ -225,6 +228,11 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         &self.lifecycle
     }
 
+    /// See [`Lifecycle::close_allowed`].
+    pub fn close_allowed(&self, caps: Option<AgentCaps>) -> bool {
+        self.lifecycle.close_allowed(caps)
+    }
+
     // ----- inputs from the harness ---------------------------------------------------------
 
     /// Feeds one input from the harness to the lifecycle. Every input follows one rule: first
@@ -241,8 +249,9 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                 Handled::Done
             }
             HarnessInput::TurnEnded { scope, outcome } => {
-                #[cfg(feature = "metrics")]
-                self.metrics.turn_ended(&scope);
+                if let Some(metrics) = &mut self.metrics {
+                    metrics.turn_ended(&scope);
+                }
                 Handled::AfterTurn(self.lifecycle.turn_end(&scope, outcome, now))
             }
             HarnessInput::Replied { scope, reply_id } => {
@@ -267,26 +276,21 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
             }
             HarnessInput::OwnerSwitchedModel { scope, model, live } => {
                 self.set_model(&model);
-                #[cfg(feature = "config-in-place")]
-                {
-                    let _ = live;
+                if self.lifecycle.has(Behaviour::ConfigInPlace) {
                     self.lifecycle.model_addressed(&scope);
+                } else {
+                    self.lifecycle.abandon(&scope, live, now);
                 }
-                #[cfg(not(feature = "config-in-place"))]
-                self.lifecycle.abandon(&scope, live, now);
                 Handled::Done
             }
-            #[cfg(feature = "residency")]
             HarnessInput::CancelRequested { scope } => {
                 self.lifecycle.cancel_requested(&scope);
                 Handled::Done
             }
-            #[cfg(feature = "residency")]
             HarnessInput::PoolSlept => {
                 self.lifecycle.pool_slept();
                 Handled::Done
             }
-            #[cfg(feature = "residency")]
             HarnessInput::Shutdown => {
                 self.lifecycle.shutdown();
                 Handled::Done
@@ -414,9 +418,9 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     pub(crate) fn take_in(&mut self) {
         let now = self.now();
         for (scope, report) in self.mailbox.drain() {
-            #[cfg(feature = "metrics")]
-            self.metrics
-                .report(&scope, &report, self.lifecycle.running_plan(&scope));
+            if let Some(metrics) = &mut self.metrics {
+                metrics.report(&scope, &report, self.lifecycle.running_plan(&scope));
+            }
             match report {
                 Report::Opened(opened) => self.lifecycle.opened(&scope, opened, now),
                 Report::Window(ids) => self.lifecycle.window(&scope, ids),
@@ -424,11 +428,9 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                 Report::Undecided { method, detail } => {
                     self.lifecycle.restore_undecided(&scope, method, detail)
                 }
-                #[cfg(feature = "config-in-place")]
                 Report::ModelSwitched { model } => {
                     self.lifecycle.model_switched_in_place(&scope, &model, now)
                 }
-                #[cfg(feature = "config-in-place")]
                 Report::ModelRefused {
                     model,
                     detail,
@@ -436,14 +438,12 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
                 } => self
                     .lifecycle
                     .model_refused(&scope, &model, &detail, offered, now),
-                #[cfg(feature = "continuity")]
                 Report::HandoffTaken {
                     from_session_id,
                     text,
                 } => self
                     .lifecycle
                     .handoff_taken(&scope, &from_session_id, &text, now),
-                #[cfg(feature = "continuity")]
                 Report::HandoffUnavailable {
                     from_session_id,
                     detail,
@@ -465,8 +465,9 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     fn apply_io(&mut self, events: Vec<IoEvent<K>>) {
         let now = self.now();
         for event in events {
-            #[cfg(feature = "metrics")]
-            self.metrics.store(&event);
+            if let Some(metrics) = &mut self.metrics {
+                metrics.store(&event);
+            }
             match event {
                 IoEvent::Read(scope, Ok(record)) => self.lifecycle.read_done(&scope, Ok(record)),
                 IoEvent::Read(scope, Err(e)) => {
@@ -554,13 +555,17 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
         for record in out.records {
             self.emit(&record);
         }
-        #[cfg(all(feature = "metrics", feature = "residency"))]
-        self.metrics.residents(self.lifecycle.residents());
+        if let Some(metrics) = &mut self.metrics
+            && self.lifecycle.has(Behaviour::Residency)
+        {
+            metrics.residents(self.lifecycle.residents());
+        }
         for command in out.commands {
             match command {
                 Command::Notice(notice) => {
-                    #[cfg(feature = "metrics")]
-                    self.metrics.notice(notice.cause);
+                    if let Some(metrics) = &mut self.metrics {
+                        metrics.notice(notice.cause);
+                    }
                     self.notices.push(notice);
                 }
                 release @ Command::Release { .. } => self.releases.push(release),
@@ -569,8 +574,9 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     }
 
     fn emit(&mut self, record: &Record) {
-        #[cfg(feature = "metrics")]
-        self.metrics.record(record);
+        if let Some(metrics) = &mut self.metrics {
+            metrics.record(record);
+        }
         let (kind, fields) = record.observer_event();
         match record.level() {
             Level::Debug => tracing::debug!(kind = %kind, %fields, "session lifecycle"),
@@ -581,7 +587,8 @@ impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     }
 }
 
-#[cfg(feature = "residency")]
+/// Resident sessions (the hooks of patch `resident-background-controllers`; with residency off
+/// there are none, and these change nothing).
 impl<K: Scope + Send + Sync + 'static, I: Input> Driver<K, I> {
     /// See [`HarnessInput::CancelRequested`].
     pub fn cancel_requested(&mut self, scope: &K) {

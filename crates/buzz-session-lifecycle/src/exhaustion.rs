@@ -1,5 +1,5 @@
 //! Recognising a session that cannot go on because its context is full (patch
-//! `continuity-handoff`, feature `continuity`).
+//! `continuity-handoff`, behaviour `Continuity`).
 //!
 //! A prompt that a session refuses as too long will be refused again: sending it once more into
 //! the same session only burns a model call and leaves the thread unanswered. So a turn whose

@@ -4,19 +4,22 @@
 //! with the worker (idle pool sleep, restart, crash) and the next message starts over. The fork's
 //! patch series fixes that. This crate holds the logic; the patches add hooks at the harness's
 //! lifecycle points (admission, dispatch, session creation, turn end, maintenance tick, shutdown)
-//! that feed it and execute what it decides. Each patch that adds behaviour here enables one
-//! cargo feature, so retiring the patch compiles its part out:
+//! that feed it and execute what it decides. Each patch that adds behaviour here switches on one
+//! [`Behaviour`] with one line in the harness's glue (`BEHAVIOURS` in
+//! `crates/buzz-acp/src/session_lifecycle.rs`), so retiring the patch switches its part off.
+//! Every behaviour is always compiled, linted and tested; the lifecycle consults the
+//! [`Behaviours`] of its [`LifecycleConfig`] at run time ([`behaviours`]):
 //!
-//! | feature | patch | adds |
+//! | behaviour | patch | adds |
 //! |---|---|---|
 //! | — | `session-store-resume` | receipts, restore, retries, the store worker, dispatch |
-//! | `scope-keys` | `store-key-session-scope` | receipts keyed by the full scope |
-//! | `capability-gate` | `load-session-capability-gate` | only advertised restore and close methods |
-//! | `delta-context` | `delta-context-delivery` | the delivery ledger persisted and re-seeded |
-//! | `residency` | `resident-background-controllers` | `residency`: hot follow-ups |
-//! | `continuity` | `continuity-handoff` | `rotation`, `retirement`, `exhaustion`: durable limits, handoffs, whole thread |
-//! | `config-in-place` | `model-switch-in-place` | `config_change`: `!model` applied in place per thread |
-//! | `metrics` | `operator-metrics` | `telemetry_metrics`: Prometheus metrics on `--metrics-listen` |
+//! | `ScopeKeys` | `store-key-session-scope` | receipts keyed by the full scope ([`args::key_scheme`]) |
+//! | `CapabilityGate` | `load-session-capability-gate` | only advertised restore and close methods |
+//! | `DeltaContext` | `delta-context-delivery` | the delivery ledger persisted and re-seeded |
+//! | `Residency` | `resident-background-controllers` | [`residency`]: hot follow-ups |
+//! | `Continuity` | `continuity-handoff` | [`rotation`], [`retirement`], [`exhaustion`]: durable limits, handoffs, whole thread |
+//! | `ConfigInPlace` | `model-switch-in-place` | [`config_change`]: `!model` applied in place per thread (brings `Continuity`) |
+//! | `Metrics` | `operator-metrics` | [`telemetry_metrics`]: Prometheus metrics on `--metrics-listen` |
 //!
 //! The pure core, one concept per module:
 //!
@@ -27,7 +30,7 @@
 //! | [`outcome`] | what a turn task reports and how a turn ended |
 //! | [`settlement`] | the ledger committed after a successful turn (bounded here only) |
 //! | [`release`] | abandoning and releasing sessions |
-//! | `residency`, `residents` | resident sessions: the rules, and the LRU table they consult (feature `residency`) |
+//! | [`residency`], [`residents`] | resident sessions: the rules, and the LRU table they consult (with `Residency`) |
 //! | [`retry`] | bounded retries of an undecided restore |
 //! | [`receipt_view`] | what the lifecycle knows of a receipt; write conditions |
 //! | [`lifecycle`] | [`Lifecycle`]: the per-scope phases tying these together |
@@ -44,14 +47,13 @@
 //! tap), [`args`].
 
 pub mod args;
+pub mod behaviours;
 pub mod classify;
 pub mod clock;
-#[cfg(feature = "config-in-place")]
 pub mod config_change;
 pub mod decision;
 pub mod dispatch;
 pub mod driver;
-#[cfg(feature = "continuity")]
 pub mod exhaustion;
 pub mod gate;
 pub mod lifecycle;
@@ -63,14 +65,10 @@ pub mod reach;
 pub mod receipt_view;
 pub mod receipts;
 pub mod release;
-#[cfg(feature = "residency")]
 pub mod residency;
-#[cfg(feature = "residency")]
 pub mod residents;
-#[cfg(feature = "continuity")]
 pub mod retirement;
 pub mod retry;
-#[cfg(feature = "continuity")]
 pub mod rotation;
 pub mod scope;
 pub mod session_config;
@@ -78,7 +76,6 @@ pub mod settlement;
 pub mod startup_probe;
 pub mod store_io;
 pub mod telemetry;
-#[cfg(feature = "metrics")]
 pub mod telemetry_metrics;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_values;
@@ -89,13 +86,14 @@ pub mod write_queue;
 
 mod phase;
 
+pub use behaviours::{Behaviour, Behaviours};
 pub use buzz_session_store as store;
 pub use clock::Moment;
 pub use decision::{Command, Notice, NoticeCause, StoreOp};
 pub use dispatch::{Claimed, Inbox, Step, Workers};
 pub use driver::{Driver, Handled, HarnessInput};
 pub use gate::{AgentCaps, Negotiated, RestoreMethod, restore_method};
-pub use lifecycle::{Lifecycle, LifecycleConfig, close_allowed};
+pub use lifecycle::{Lifecycle, LifecycleConfig};
 pub use mailbox::Opened;
 pub use mailbox::{Mailbox, Report, Reporter};
 pub use outcome::{AfterTurn, Delivered, TurnOutcome};

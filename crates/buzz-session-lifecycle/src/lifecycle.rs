@@ -29,6 +29,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::behaviours::{Behaviour, Behaviours};
 use crate::clock::Moment;
 use crate::decision::{Command, Notice, NoticeCause, StoreOp};
 use crate::gate::{AgentCaps, RestoreMethod};
@@ -43,35 +44,47 @@ use crate::telemetry::Record;
 /// How the lifecycle behaves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LifecycleConfig {
+    /// The series' behaviours this harness carries (see [`crate::behaviours`]); the settings
+    /// of a behaviour that is off are not consulted.
+    pub behaviours: Behaviours,
     /// Reopen stored sessions (receipts) instead of always creating new ones.
     pub resume: bool,
     /// Bounded retries of a restore that failed without a definitive answer.
     pub retry: RetryPolicy,
     /// An owner is configured (notices may mention `!rotate`).
     pub owner_configured: bool,
-    /// Live sessions kept resident for hot follow-ups (0: upstream routing, no residency).
-    #[cfg(feature = "residency")]
+    /// Live sessions kept resident for hot follow-ups (0: upstream routing, no residency). With
+    /// [`Behaviour::Residency`].
     pub max_residents: usize,
-    /// Durable limits, handoffs and whole-thread replacements.
-    #[cfg(feature = "continuity")]
+    /// Durable limits, handoffs and whole-thread replacements. With [`Behaviour::Continuity`].
     pub continuity: crate::retirement::ContinuityConfig,
-    /// Mid-turn input is steered into the running turn (`--multiple-event-handling steer`).
-    #[cfg(feature = "residency")]
+    /// Mid-turn input is steered into the running turn (`--multiple-event-handling steer`):
+    /// resident sessions track it until a turn absorbs it. With [`Behaviour::Residency`].
     pub steer: bool,
 }
 
 impl Default for LifecycleConfig {
+    /// No behaviour of the series on (the port of block/buzz#6088 alone), with each behaviour's
+    /// default settings.
     fn default() -> Self {
         LifecycleConfig {
+            behaviours: Behaviours::default(),
             resume: true,
             retry: RetryPolicy::default(),
             owner_configured: false,
-            #[cfg(feature = "residency")]
             max_residents: 8,
-            #[cfg(feature = "residency")]
             steer: true,
-            #[cfg(feature = "continuity")]
             continuity: crate::retirement::ContinuityConfig::default(),
+        }
+    }
+}
+
+impl LifecycleConfig {
+    /// The default settings with `behaviours` on.
+    pub fn with_behaviours(behaviours: Behaviours) -> Self {
+        LifecycleConfig {
+            behaviours,
+            ..LifecycleConfig::default()
         }
     }
 }
@@ -104,7 +117,7 @@ pub struct Lifecycle<K, I> {
     pub(crate) scopes: BTreeMap<K, ScopeState<I>>,
     /// The configuration a new session would get now.
     pub(crate) session: SessionConfig,
-    #[cfg(feature = "residency")]
+    /// Resident sessions (empty unless [`Behaviour::Residency`] is on).
     pub(crate) residents: crate::residents::Residents<K>,
     next_start: u64,
     pub(crate) out: Outbox<K, I>,
@@ -114,7 +127,6 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     /// An empty lifecycle.
     pub fn new(config: LifecycleConfig) -> Self {
         Lifecycle {
-            #[cfg(feature = "residency")]
             residents: crate::residents::Residents::new(config.max_residents),
             config,
             scopes: BTreeMap::new(),
@@ -122,6 +134,16 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             next_start: 0,
             out: Outbox::default(),
         }
+    }
+
+    /// The series' behaviours this lifecycle carries.
+    pub fn behaviours(&self) -> Behaviours {
+        self.config.behaviours
+    }
+
+    /// Whether `behaviour` is on.
+    pub(crate) fn has(&self, behaviour: Behaviour) -> bool {
+        self.config.behaviours.has(behaviour)
     }
 
     pub(crate) fn state(&mut self, scope: &K) -> &mut ScopeState<I> {
@@ -164,8 +186,9 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             state.receipt.belief = Belief::Absent;
             state.receipt.freshness = Freshness::Fresh;
         }
-        #[cfg(feature = "residency")]
-        self.steered_in(scope, input);
+        if self.has(Behaviour::Residency) {
+            self.steered_in(scope, input);
+        }
     }
 
     // ----- starting a turn -----------------------------------------------------------------
@@ -184,9 +207,14 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     ) -> Plan {
         let config = self.session.clone();
         let config = &config;
-        #[cfg(feature = "residency")]
-        self.leaving_resident(scope, slot, live.as_deref());
+        if self.has(Behaviour::Residency) {
+            self.leaving_resident(scope, slot, live.as_deref());
+        }
         let resume = self.config.resume;
+        let continuity = self.has(Behaviour::Continuity);
+        let restore = self.restore_method(caps);
+        let switch_models_in_place = self.has(Behaviour::ConfigInPlace);
+        let delivery_persisted = self.has(Behaviour::DeltaContext);
         let state = self.state(scope);
         let retry = match std::mem::take(&mut state.phase) {
             Phase::RetryWait { streak } => Some(streak),
@@ -200,27 +228,24 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             session_id,
         });
         // A retiring session is reached as if it continued: it is asked for its handoff first.
-        #[cfg(feature = "continuity")]
         let retiring = match &state.next {
             NextSession::Retire { reason } => Some(*reason),
             _ => None,
         };
-        #[cfg(feature = "continuity")]
         let next = match retiring {
             Some(_) => NextSession::Continue,
             None => state.next.clone(),
         };
-        #[cfg(not(feature = "continuity"))]
-        let next = state.next.clone();
         let (reach, discard) = reach::decide(Situation {
             live: live.as_ref(),
             next: &next,
             resume,
             receipt: &state.receipt,
             config,
-            restore: restore_method(caps),
+            restore,
+            switch_models_in_place,
         });
-        let reach = strip_ledger(reach);
+        let reach = strip_ledger(reach, delivery_persisted);
         let told = match &reach {
             Reach::Cold {
                 reason: reach::ColdReason::StoreUnavailable,
@@ -228,26 +253,26 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             _ => false,
         };
         let fresh = state.next == NextSession::Fresh;
-        #[allow(unused_mut)]
         let mut plan = Plan {
             fresh,
             reach,
             discard,
+            continues_after_loss: !continuity,
             ..Plan::default()
         };
-        #[cfg(feature = "continuity")]
-        self.shape_continuity(scope, &mut plan, retiring);
-        #[cfg(feature = "config-in-place")]
-        self.plan_model_switch(scope, &mut plan);
+        if continuity {
+            self.shape_continuity(scope, &mut plan, retiring);
+        }
+        if self.has(Behaviour::ConfigInPlace) {
+            self.plan_model_switch(scope, &mut plan);
+        }
         let state = self.state(scope);
         state.receipt.consumed();
         state.phase = Phase::Running(Box::new(Running {
             slot,
             plan: plan.clone(),
             inputs,
-            #[cfg(feature = "residency")]
             steered: Vec::new(),
-            #[cfg(feature = "residency")]
             cancel_requested: false,
             session_id: plan.hot_session().map(str::to_string),
             abandoned: false,
@@ -346,12 +371,9 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
 
     /// What a new session that replaces a lost one is given, in the thread's words.
     pub(crate) fn replacement_gets(&self) -> String {
-        #[cfg(feature = "continuity")]
-        {
+        if self.has(Behaviour::Continuity) {
             crate::notice::whole_thread(self.whole_thread_budget())
-        }
-        #[cfg(not(feature = "continuity"))]
-        {
+        } else {
             crate::notice::RECENT_MESSAGES.to_string()
         }
     }
@@ -371,55 +393,38 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             fingerprint,
             turns,
             model,
-            #[cfg(feature = "config-in-place")]
             refused_model: None,
         });
     }
-}
 
-/// How the agent lets a stored session be reopened. With the capability gate, only what it
-/// advertised; without it, `session/load` for every receipt, as block/buzz#6088 does.
-fn restore_method(caps: Option<AgentCaps>) -> Option<RestoreMethod> {
-    #[cfg(feature = "capability-gate")]
-    {
-        caps.and_then(crate::gate::restore_method)
+    /// How the agent lets a stored session be reopened. With the capability gate, only what it
+    /// advertised; without it, `session/load` for every receipt, as block/buzz#6088 does.
+    pub fn restore_method(&self, caps: Option<AgentCaps>) -> Option<RestoreMethod> {
+        if self.has(Behaviour::CapabilityGate) {
+            caps.and_then(crate::gate::restore_method)
+        } else {
+            Some(RestoreMethod::Load)
+        }
     }
-    #[cfg(not(feature = "capability-gate"))]
-    {
-        let _ = caps;
-        Some(RestoreMethod::Load)
-    }
-}
 
-/// Whether a released session may be closed with `session/close`: with the capability gate,
-/// when the agent advertised it; without it, never (block/buzz#6088 does not close sessions).
-pub fn close_allowed(caps: Option<AgentCaps>) -> bool {
-    #[cfg(feature = "capability-gate")]
-    {
-        caps.is_some_and(|caps| caps.close)
-    }
-    #[cfg(not(feature = "capability-gate"))]
-    {
-        let _ = caps;
-        false
+    /// Whether a released session may be closed with `session/close`: with the capability gate,
+    /// when the agent advertised it; without it, never (block/buzz#6088 does not close sessions).
+    pub fn close_allowed(&self, caps: Option<AgentCaps>) -> bool {
+        self.has(Behaviour::CapabilityGate) && caps.is_some_and(|caps| caps.close)
     }
 }
 
 /// A reopened session is seeded with the receipt's delivery ledger only when delivery is
-/// persisted; otherwise it is shown the whole window again.
-fn strip_ledger(reach: Reach) -> Reach {
-    #[cfg(feature = "delta-context")]
-    {
-        reach
+/// persisted (with the delta context); otherwise it is shown the whole window again.
+fn strip_ledger(reach: Reach, delivery_persisted: bool) -> Reach {
+    if delivery_persisted {
+        return reach;
     }
-    #[cfg(not(feature = "delta-context"))]
-    {
-        match reach {
-            Reach::Warm { mut record, method } => {
-                record.delivery = None;
-                Reach::Warm { record, method }
-            }
-            other => other,
+    match reach {
+        Reach::Warm { mut record, method } => {
+            record.delivery = None;
+            Reach::Warm { record, method }
         }
+        other => other,
     }
 }

@@ -59,13 +59,11 @@ pub enum Report {
         detail: String,
     },
     /// The session took the plan's model switch in place.
-    #[cfg(feature = "config-in-place")]
     ModelSwitched {
         /// The model.
         model: String,
     },
     /// The session refused the plan's model switch in place.
-    #[cfg(feature = "config-in-place")]
     ModelRefused {
         /// The model.
         model: String,
@@ -76,7 +74,6 @@ pub enum Report {
         offered: Option<bool>,
     },
     /// The retiring session answered the handoff instruction.
-    #[cfg(feature = "continuity")]
     HandoffTaken {
         /// The retiring session.
         from_session_id: String,
@@ -84,7 +81,6 @@ pub enum Report {
         text: String,
     },
     /// The retiring session could not answer the handoff instruction.
-    #[cfg(feature = "continuity")]
     HandoffUnavailable {
         /// The retiring session.
         from_session_id: String,

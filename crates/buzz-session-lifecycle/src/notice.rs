@@ -64,7 +64,6 @@ pub fn restore_abandoned(detail: &str, gets: &str) -> String {
 }
 
 /// "the whole thread (up to N KB)".
-#[cfg(feature = "continuity")]
 pub fn whole_thread(budget_bytes: usize) -> String {
     format!(
         "the whole thread (up to {} KB)",
@@ -73,7 +72,6 @@ pub fn whole_thread(budget_bytes: usize) -> String {
 }
 
 /// A retired session handed off: the new session starts from its handoff.
-#[cfg(feature = "continuity")]
 pub fn handed_off(
     reason: crate::retirement::RetireReason,
     config: &crate::retirement::ContinuityConfig,
@@ -95,7 +93,6 @@ pub fn handed_off(
 }
 
 /// A retired session could not hand off: the new session has the whole thread.
-#[cfg(feature = "continuity")]
 pub fn handoff_unavailable(detail: &str, budget_bytes: usize) -> String {
     format!(
         "This thread's session had to be replaced but could not hand off{}, so I am continuing \
@@ -106,7 +103,6 @@ pub fn handoff_unavailable(detail: &str, budget_bytes: usize) -> String {
 }
 
 /// A session refused the prompt as too long.
-#[cfg(feature = "continuity")]
 pub fn exhausted(detail: &str, budget_bytes: usize, was_whole_thread: bool) -> String {
     let gets = if was_whole_thread {
         "only the recent messages (the whole thread did not fit either)".to_string()
@@ -130,7 +126,6 @@ pub fn store_unavailable(gets: &str) -> String {
 }
 
 /// The owner's model is not offered by the thread's session (nor would a new one get it).
-#[cfg(feature = "config-in-place")]
 pub fn model_not_offered(model: &str) -> String {
     format!(
         "This thread's session does not offer the model {model}, so it goes on as it was \

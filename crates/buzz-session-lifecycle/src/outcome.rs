@@ -1,6 +1,7 @@
 //! Turn outcomes: what a turn task reports while it runs, how a turn ended, and what each means
 //! for the scope.
 
+use crate::behaviours::Behaviour;
 use crate::clock::Moment;
 use crate::decision::NoticeCause;
 use crate::gate::RestoreMethod;
@@ -82,17 +83,10 @@ pub struct Delivered {
     pub usage: Option<buzz_session_store::Usage>,
 }
 
-/// Whether a turn gave its session a pending handoff.
+/// Whether a turn gave its session a pending handoff (only a plan shaped by continuity carries
+/// one).
 fn delivers_handoff<I>(running: &crate::phase::Running<I>) -> bool {
-    #[cfg(feature = "continuity")]
-    {
-        matches!(running.plan.context, crate::reach::FirstContext::Handoff(_))
-    }
-    #[cfg(not(feature = "continuity"))]
-    {
-        let _ = running;
-        false
-    }
+    matches!(running.plan.context, crate::reach::FirstContext::Handoff(_))
 }
 
 impl<K: Scope, I: Input> Lifecycle<K, I> {
@@ -138,15 +132,15 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 let gets = self.replacement_gets();
                 let text = crate::notice::restore_lost(&detail, &gets);
                 self.notice(scope, NoticeCause::SessionLost, text);
-                #[cfg(feature = "continuity")]
-                self.lost_replan(scope);
+                if self.has(Behaviour::Continuity) {
+                    self.lost_replan(scope);
+                }
             }
             Opened::Created {
                 session_id,
                 model,
                 permission_mode,
             } => {
-                #[cfg(feature = "continuity")]
                 let handoff = match &running.plan.context {
                     crate::reach::FirstContext::Handoff(handoff) => Some(handoff.clone()),
                     _ => None,
@@ -174,8 +168,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                     record.permission_mode = permission_mode;
                     record.requested_model = requested.requested_model;
                     record.requested_permission_mode = requested.requested_permission_mode;
-                    #[cfg(feature = "continuity")]
-                    {
+                    if self.has(Behaviour::Continuity) {
                         record.turns = Some(0);
                         record.handoff = handoff;
                     }
@@ -219,15 +212,16 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             }
             None => return after,
         };
-        #[cfg(feature = "residency")]
-        {
+        let residency = self.has(Behaviour::Residency);
+        if residency {
             after.requeue_front = self.unabsorbed(&outcome, &running);
         }
         let slot = running.slot;
         match (outcome, running.said.clone()) {
             (TurnOutcome::WorkerLost, _) => {
-                #[cfg(feature = "residency")]
-                self.worker_lost(slot);
+                if residency {
+                    self.worker_lost(slot);
+                }
                 if let Some(streak) = running.retry {
                     // A restore that never got an answer keeps its streak: the next attempt
                     // continues it rather than starting over.
@@ -237,13 +231,10 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             (_, Some(TaskSaid::Stale)) => {
                 after.requeue_without_attempt = true;
                 let stale = running.plan.hot_session().unwrap_or_default().to_string();
-                #[cfg(feature = "residency")]
-                self.drop_live(
-                    scope,
-                    slot,
-                    &stale,
-                    crate::residents::DisposeReason::AgentExit,
-                );
+                if residency {
+                    let reason = crate::residents::DisposeReason::AgentExit;
+                    self.drop_live(scope, slot, &stale, reason);
+                }
                 self.record(Record::PlanStale {
                     scope: scope.label(),
                     session_id: stale,
@@ -262,10 +253,8 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             ) => {
                 self.replied_turn(scope, &running, &session_id, rotated, now);
             }
-            (TurnOutcome::Cancelled, None) =>
-            {
-                #[cfg(feature = "residency")]
-                if let Some(session_id) = &running.session_id {
+            (TurnOutcome::Cancelled, None) => {
+                if residency && let Some(session_id) = &running.session_id {
                     let reason = crate::residents::DisposeReason::Cancelled;
                     self.drop_live(scope, slot, session_id, reason);
                 }
@@ -286,15 +275,14 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 if let Some(session_id) = &running.session_id {
                     if running.abandoned {
                         self.release(scope, slot, session_id);
-                    } else {
-                        #[cfg(feature = "residency")]
+                    } else if residency {
                         self.after_success(scope, &running, session_id);
                     }
                 }
             }
             (TurnOutcome::Failed { failure }, None) => {
-                #[cfg(feature = "continuity")]
-                if let Some((failure, agent)) = &failure
+                if self.has(Behaviour::Continuity)
+                    && let Some((failure, agent)) = &failure
                     && crate::exhaustion::is_exhausted(failure, agent)
                 {
                     after.requeue_without_attempt = true;
@@ -309,9 +297,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                     self.forget_if_bare(scope);
                     return after;
                 }
-                let _ = failure;
-                #[cfg(feature = "residency")]
-                if let Some(session_id) = &running.session_id {
+                if residency && let Some(session_id) = &running.session_id {
                     let reason = crate::residents::DisposeReason::TurnFailed;
                     self.drop_live(scope, slot, session_id, reason);
                 }
@@ -347,10 +333,12 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         } else if rotated {
             self.abandon(scope, vec![(slot, session_id.to_string())], now);
         } else {
-            #[cfg(feature = "continuity")]
-            self.count_turn(scope, session_id, now);
-            #[cfg(feature = "residency")]
-            self.after_success(scope, running, session_id);
+            if self.has(Behaviour::Continuity) {
+                self.count_turn(scope, session_id, now);
+            }
+            if self.has(Behaviour::Residency) {
+                self.after_success(scope, running, session_id);
+            }
         }
     }
 

@@ -32,7 +32,6 @@ pub(crate) enum Phase<I> {
     Idle,
     /// Its resident's worker is busy: the follow-up waits for it instead of going cold on
     /// another worker (recorded once per wait).
-    #[cfg(feature = "residency")]
     WaitingForResident {
         /// The busy worker.
         slot: usize,
@@ -60,10 +59,8 @@ pub(crate) struct Running<I> {
     pub(crate) inputs: Vec<I>,
     /// Input steered into it while it runs, not yet absorbed (`--multiple-event-handling
     /// steer`): handed back to the queue if the turn ends without it.
-    #[cfg(feature = "residency")]
     pub(crate) steered: Vec<I>,
     /// The owner asked to cancel it.
-    #[cfg(feature = "residency")]
     pub(crate) cancel_requested: bool,
     /// The session it runs on, once known.
     pub(crate) session_id: Option<String>,
@@ -103,7 +100,6 @@ pub(crate) struct KnownSession {
     /// The model applied to the session (`None`: the agent's default, or unknown).
     pub(crate) model: Option<String>,
     /// A model this session refused to switch to: not asked again of it.
-    #[cfg(feature = "config-in-place")]
     pub(crate) refused_model: Option<String>,
 }
 

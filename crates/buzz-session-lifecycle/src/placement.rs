@@ -19,6 +19,7 @@
 //! takes effect from the turn after the one that saw it. While the store is known to be down, or
 //! a check of the scope is still in flight, no further check is asked for.
 
+use crate::behaviours::Behaviour;
 use crate::clock::Moment;
 use crate::lifecycle::Lifecycle;
 use crate::phase::Phase;
@@ -84,11 +85,10 @@ pub enum Placed<K> {
     /// receipt still exists (an operator may have forgotten it): the turn does not wait for the
     /// check. Never asked for while the store is down (the live session then goes on unchecked).
     RunChecked(K, Target),
-    /// Its resident's worker is busy: wait for it.
-    #[cfg(feature = "residency")]
+    /// Its resident's worker is busy: wait for it (with residency).
     WaitForResident(K, usize),
-    /// Dispose its resident first (it can no longer be continued); placed again afterwards.
-    #[cfg(feature = "residency")]
+    /// Dispose its resident first (it can no longer be continued); placed again afterwards
+    /// (with residency).
     Dispose(K, crate::residents::DisposeReason),
 }
 
@@ -109,8 +109,9 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             if !self.may_start(scope, now) {
                 continue;
             }
-            #[cfg(feature = "residency")]
-            if let Some(placed) = self.place_resident(scope, view, store, &mut taken) {
+            if self.has(Behaviour::Residency)
+                && let Some(placed) = self.place_resident(scope, view, store, &mut taken)
+            {
                 out.push(placed);
                 continue;
             }
@@ -164,7 +165,6 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         }
         match &state.phase {
             Phase::Idle => true,
-            #[cfg(feature = "residency")]
             Phase::WaitingForResident { .. } => true,
             Phase::RetryWait { streak } => streak.next_at <= now,
             Phase::Running(_) | Phase::Settling(_) => false,
@@ -206,26 +206,11 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     }
 
     pub(crate) fn residency_enabled(&self) -> bool {
-        #[cfg(feature = "residency")]
-        {
-            self.residents.enabled()
-        }
-        #[cfg(not(feature = "residency"))]
-        {
-            false
-        }
+        self.has(Behaviour::Residency) && self.residents.enabled()
     }
 
     fn hosts_resident(&self, slot: usize) -> bool {
-        #[cfg(feature = "residency")]
-        {
-            self.residents.hosts(slot)
-        }
-        #[cfg(not(feature = "residency"))]
-        {
-            let _ = slot;
-            false
-        }
+        self.has(Behaviour::Residency) && self.residents.hosts(slot)
     }
 
     // ----- what the dispatcher reports back ------------------------------------------------
@@ -264,8 +249,9 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     /// for a fresh conversation, as after `!rotate`). Nothing is written: the forget already
     /// removed the receipt, and the next session's receipt is written as new.
     pub fn forgotten(&mut self, scope: &K) {
-        #[cfg(feature = "residency")]
-        self.dispose(scope, crate::residents::DisposeReason::Forgotten);
+        if self.has(Behaviour::Residency) {
+            self.dispose(scope, crate::residents::DisposeReason::Forgotten);
+        }
         // A turn running now continues the forgotten session or opens one under the old receipt:
         // its answer stands, but its session is released, never kept.
         self.mark_abandoned(scope);
@@ -370,6 +356,7 @@ mod tests {
     use buzz_session_store::SessionRecord;
 
     use super::*;
+    use crate::behaviours::Behaviours;
     use crate::decision::{Command, StoreOp};
     use crate::lifecycle::LifecycleConfig;
     use crate::mailbox::Opened;
@@ -377,7 +364,7 @@ mod tests {
     use crate::reach::{ColdReason, Plan, Reach};
     use crate::receipt_view::Expect;
     use crate::telemetry::Record;
-    use crate::test_values::{Msg, TestScope};
+    use crate::test_values::{Msg, TestScope, none_and_all};
 
     type Life = Lifecycle<TestScope, Msg>;
 
@@ -423,8 +410,8 @@ mod tests {
     }
 
     /// The thread's first turn opened `s1` and answered; its session stays live on worker 0.
-    fn answered_once() -> Life {
-        let mut life = Lifecycle::new(LifecycleConfig::default());
+    fn answered_once(behaviours: Behaviours) -> Life {
+        let mut life = Lifecycle::new(LifecycleConfig::with_behaviours(behaviours));
         life.admitted(&thread(), &Msg::new("root"));
         let (_, session) = start(&mut life, None, "s1");
         answered(&mut life, &session);
@@ -441,160 +428,170 @@ mod tests {
 
     #[test]
     fn a_live_session_is_continued_at_once_and_its_receipt_checked_beside_the_turn() {
-        let mut life = answered_once();
-        let placed = place(&life, true, StoreHealth::Answering);
-        assert!(
-            matches!(placed.as_slice(), [Placed::RunChecked(..)]),
-            "a live session is continued without waiting for its receipt: {placed:?}"
-        );
-        let (plan, _) = start(&mut life, Some("s1"), "unused");
-        assert_eq!(plan.hot_session(), Some("s1"));
-        life.check_receipt(&thread(), Moment(1));
-        let out = life.take_outbox();
-        assert!(
-            out.store
-                .iter()
-                .any(|op| matches!(op, StoreOp::Read { scope } if *scope == thread())),
-            "the check reads the receipt: {:?}",
-            out.store
-        );
-        // The check has not answered (a frozen store) when the turn ends and the next message
-        // comes: that one is continued at once too, and asks for no second check.
-        answered(&mut life, "s1");
-        life.settled(&thread(), None, Moment(4));
-        assert!(
-            life.take_outbox()
-                .store
-                .iter()
-                .all(|op| !matches!(op, StoreOp::Read { .. }))
-        );
-        let placed = place(&life, true, StoreHealth::Answering);
-        assert!(
-            matches!(placed.as_slice(), [Placed::Run(..)]),
-            "a check in flight neither blocks a start nor is asked for again: {placed:?}"
-        );
-        let (plan, _) = start(&mut life, Some("s1"), "unused");
-        assert_eq!(plan.hot_session(), Some("s1"));
+        for behaviours in none_and_all() {
+            let mut life = answered_once(behaviours);
+            let placed = place(&life, true, StoreHealth::Answering);
+            assert!(
+                matches!(placed.as_slice(), [Placed::RunChecked(..)]),
+                "a live session is continued without waiting for its receipt: {placed:?}"
+            );
+            let (plan, _) = start(&mut life, Some("s1"), "unused");
+            assert_eq!(plan.hot_session(), Some("s1"));
+            life.check_receipt(&thread(), Moment(1));
+            let out = life.take_outbox();
+            assert!(
+                out.store
+                    .iter()
+                    .any(|op| matches!(op, StoreOp::Read { scope } if *scope == thread())),
+                "the check reads the receipt: {:?}",
+                out.store
+            );
+            // The check has not answered (a frozen store) when the turn ends and the next message
+            // comes: that one is continued at once too, and asks for no second check.
+            answered(&mut life, "s1");
+            life.settled(&thread(), None, Moment(4));
+            assert!(
+                life.take_outbox()
+                    .store
+                    .iter()
+                    .all(|op| !matches!(op, StoreOp::Read { .. }))
+            );
+            let placed = place(&life, true, StoreHealth::Answering);
+            assert!(
+                matches!(placed.as_slice(), [Placed::Run(..)]),
+                "a check in flight neither blocks a start nor is asked for again: {placed:?}"
+            );
+            let (plan, _) = start(&mut life, Some("s1"), "unused");
+            assert_eq!(plan.hot_session(), Some("s1"));
+        }
     }
 
     #[test]
     fn a_check_that_finds_the_receipt_gone_ends_the_session_after_its_turn() {
-        let mut life = answered_once();
-        let (plan, _) = start(&mut life, Some("s1"), "unused");
-        assert_eq!(plan.hot_session(), Some("s1"));
-        life.check_receipt(&thread(), Moment(1));
-        life.take_outbox();
-        // An operator forgot the thread; the check beside its turn finds no receipt.
-        life.read_done(&thread(), Ok(None));
-        let seen = life.take_outbox();
-        assert!(forgotten_recorded(&seen.records), "{:?}", seen.records);
-        // The turn keeps its answer; its session is never committed and is released after it.
-        answered(&mut life, "s1");
-        life.settled(&thread(), None, Moment(4));
-        let out = life.take_outbox();
-        assert!(
-            out.store
-                .iter()
-                .all(|op| !matches!(op, StoreOp::Put { .. } | StoreOp::Commit { .. })),
-            "nothing brings the forgotten receipt back: {:?}",
-            out.store
-        );
-        // Released once: as a resident when the check answers, else after the turn.
-        let release = Command::Release {
-            scope: thread(),
-            slot: 0,
-            session_id: "s1".into(),
-        };
-        let commands: Vec<_> = seen.commands.iter().chain(&out.commands).collect();
-        assert_eq!(commands, [&release]);
-        life.released(&thread(), "s1");
-        assert!(
-            matches!(
-                place(&life, true, StoreHealth::Answering).as_slice(),
-                [Placed::Run(..)]
-            ),
-            "the next session is new: nothing left to read or check"
-        );
-        let (plan, _) = start(&mut life, None, "s2");
-        assert_eq!(
-            plan.reach,
-            Reach::Cold {
-                reason: ColdReason::Abandoned
-            }
-        );
-        assert!(plan.fresh, "a gateway is asked for a fresh conversation");
-        let out = life.take_outbox();
-        let put = out.store.iter().find_map(|op| match op {
-            StoreOp::Put { record, expect, .. } => Some((record.session_id.clone(), expect)),
-            _ => None,
-        });
-        assert_eq!(
-            put,
-            Some(("s2".to_string(), &Expect::Absent)),
-            "the new session's receipt is written as new"
-        );
+        for behaviours in none_and_all() {
+            let mut life = answered_once(behaviours);
+            let (plan, _) = start(&mut life, Some("s1"), "unused");
+            assert_eq!(plan.hot_session(), Some("s1"));
+            life.check_receipt(&thread(), Moment(1));
+            life.take_outbox();
+            // An operator forgot the thread; the check beside its turn finds no receipt.
+            life.read_done(&thread(), Ok(None));
+            let seen = life.take_outbox();
+            assert!(forgotten_recorded(&seen.records), "{:?}", seen.records);
+            // The turn keeps its answer; its session is never committed and is released after it.
+            answered(&mut life, "s1");
+            life.settled(&thread(), None, Moment(4));
+            let out = life.take_outbox();
+            assert!(
+                out.store
+                    .iter()
+                    .all(|op| !matches!(op, StoreOp::Put { .. } | StoreOp::Commit { .. })),
+                "nothing brings the forgotten receipt back: {:?}",
+                out.store
+            );
+            // Released once: as a resident when the check answers, else after the turn.
+            let release = Command::Release {
+                scope: thread(),
+                slot: 0,
+                session_id: "s1".into(),
+            };
+            let commands: Vec<_> = seen.commands.iter().chain(&out.commands).collect();
+            assert_eq!(commands, [&release]);
+            life.released(&thread(), "s1");
+            assert!(
+                matches!(
+                    place(&life, true, StoreHealth::Answering).as_slice(),
+                    [Placed::Run(..)]
+                ),
+                "the next session is new: nothing left to read or check"
+            );
+            let (plan, _) = start(&mut life, None, "s2");
+            assert_eq!(
+                plan.reach,
+                Reach::Cold {
+                    reason: ColdReason::Abandoned
+                }
+            );
+            assert!(plan.fresh, "a gateway is asked for a fresh conversation");
+            let out = life.take_outbox();
+            let put = out.store.iter().find_map(|op| match op {
+                StoreOp::Put { record, expect, .. } => Some((record.session_id.clone(), expect)),
+                _ => None,
+            });
+            assert_eq!(
+                put,
+                Some(("s2".to_string(), &Expect::Absent)),
+                "the new session's receipt is written as new"
+            );
+        }
     }
 
     #[test]
     fn a_check_that_does_not_answer_decides_nothing_and_the_next_start_checks_again() {
-        let mut life = answered_once();
-        let (plan, _) = start(&mut life, Some("s1"), "unused");
-        assert_eq!(plan.hot_session(), Some("s1"));
-        life.check_receipt(&thread(), Moment(1));
-        life.read_done(&thread(), Err(std::time::Duration::from_secs(10)));
-        answered(&mut life, "s1");
-        life.settled(&thread(), None, Moment(4));
-        let out = life.take_outbox();
-        assert!(!forgotten_recorded(&out.records), "{:?}", out.records);
-        assert!(
-            out.commands
-                .iter()
-                .all(|c| !matches!(c, Command::Notice(..))),
-            "a hot turn tells the thread nothing: {:?}",
-            out.commands
-        );
-        assert!(matches!(
-            place(&life, true, StoreHealth::Answering).as_slice(),
-            [Placed::RunChecked(..)]
-        ));
-        assert!(
-            matches!(
-                place(&life, true, StoreHealth::Down).as_slice(),
-                [Placed::Run(..)]
-            ),
-            "no check while the store is known down"
-        );
+        for behaviours in none_and_all() {
+            let mut life = answered_once(behaviours);
+            let (plan, _) = start(&mut life, Some("s1"), "unused");
+            assert_eq!(plan.hot_session(), Some("s1"));
+            life.check_receipt(&thread(), Moment(1));
+            life.read_done(&thread(), Err(std::time::Duration::from_secs(10)));
+            answered(&mut life, "s1");
+            life.settled(&thread(), None, Moment(4));
+            let out = life.take_outbox();
+            assert!(!forgotten_recorded(&out.records), "{:?}", out.records);
+            assert!(
+                out.commands
+                    .iter()
+                    .all(|c| !matches!(c, Command::Notice(..))),
+                "a hot turn tells the thread nothing: {:?}",
+                out.commands
+            );
+            assert!(matches!(
+                place(&life, true, StoreHealth::Answering).as_slice(),
+                [Placed::RunChecked(..)]
+            ));
+            assert!(
+                matches!(
+                    place(&life, true, StoreHealth::Down).as_slice(),
+                    [Placed::Run(..)]
+                ),
+                "no check while the store is known down"
+            );
+        }
     }
 
     #[test]
     fn a_live_session_whose_receipt_is_there_is_continued_hot() {
-        let mut life = answered_once();
-        life.read_receipt(&thread(), Moment(5));
-        life.read_done(&thread(), Ok(Some(SessionRecord::new("s1"))));
-        assert!(matches!(
-            place(&life, true, StoreHealth::Answering).as_slice(),
-            [Placed::Run(..)]
-        ));
-        let (plan, _) = start(&mut life, Some("s1"), "unused");
-        assert_eq!(plan.hot_session(), Some("s1"));
-        assert!(!forgotten_recorded(&life.take_outbox().records));
+        for behaviours in none_and_all() {
+            let mut life = answered_once(behaviours);
+            life.read_receipt(&thread(), Moment(5));
+            life.read_done(&thread(), Ok(Some(SessionRecord::new("s1"))));
+            assert!(matches!(
+                place(&life, true, StoreHealth::Answering).as_slice(),
+                [Placed::Run(..)]
+            ));
+            let (plan, _) = start(&mut life, Some("s1"), "unused");
+            assert_eq!(plan.hot_session(), Some("s1"));
+            assert!(!forgotten_recorded(&life.take_outbox().records));
+        }
     }
 
     #[test]
     fn a_late_empty_answer_to_a_timed_out_check_drops_nothing() {
-        let mut life = answered_once();
-        life.read_receipt(&thread(), Moment(5));
-        life.read_done(&thread(), Err(std::time::Duration::from_secs(10)));
-        let (plan, _) = start(&mut life, Some("s1"), "unused");
-        assert_eq!(
-            plan.hot_session(),
-            Some("s1"),
-            "unreadable: the live session goes on"
-        );
-        // The read's answer arrives after the start it was for: it cannot say anything about
-        // writes the turn decided since.
-        life.read_done(&thread(), Ok(None));
-        assert!(!forgotten_recorded(&life.take_outbox().records));
+        for behaviours in none_and_all() {
+            let mut life = answered_once(behaviours);
+            life.read_receipt(&thread(), Moment(5));
+            life.read_done(&thread(), Err(std::time::Duration::from_secs(10)));
+            let (plan, _) = start(&mut life, Some("s1"), "unused");
+            assert_eq!(
+                plan.hot_session(),
+                Some("s1"),
+                "unreadable: the live session goes on"
+            );
+            // The read's answer arrives after the start it was for: it cannot say anything about
+            // writes the turn decided since.
+            life.read_done(&thread(), Ok(None));
+            assert!(!forgotten_recorded(&life.take_outbox().records));
+        }
     }
 
     /// A read that timed out answers after the thread moved on to a new session: the answer
@@ -603,101 +600,109 @@ mod tests {
     /// reopened the abandoned session).
     #[test]
     fn a_late_answer_never_brings_back_a_session_the_thread_left() {
-        let mut life = answered_once();
-        life.read_receipt(&thread(), Moment(5));
-        life.read_done(&thread(), Err(std::time::Duration::from_secs(10)));
-        // The thread leaves s1 (an operator's forget), and its next turn answers from s2, whose
-        // receipt the lifecycle writes.
-        life.forgotten(&thread());
-        life.take_outbox();
-        if cfg!(feature = "residency") {
-            life.released(&thread(), "s1");
+        for behaviours in none_and_all() {
+            let mut life = answered_once(behaviours);
+            life.read_receipt(&thread(), Moment(5));
+            life.read_done(&thread(), Err(std::time::Duration::from_secs(10)));
+            // The thread leaves s1 (an operator's forget), and its next turn answers from s2, whose
+            // receipt the lifecycle writes.
+            life.forgotten(&thread());
+            life.take_outbox();
+            if behaviours.has(Behaviour::Residency) {
+                life.released(&thread(), "s1");
+            }
+            let (plan, session) = start(&mut life, None, "s2");
+            assert_eq!(plan.hot_session(), None);
+            answered(&mut life, &session);
+            life.settled(&thread(), None, Moment(6));
+            life.take_outbox();
+            // The timed-out read answers now, with what the store held before.
+            life.read_done(&thread(), Ok(Some(SessionRecord::new("s1"))));
+            // The next start cannot read the store: it decides from what the lifecycle believes.
+            life.read_receipt(&thread(), Moment(7));
+            life.read_done(&thread(), Err(std::time::Duration::from_secs(10)));
+            let (plan, _) = start(&mut life, None, "s3");
+            let reopened = match &plan.reach {
+                Reach::Warm { record, .. } => Some(record.session_id.clone()),
+                Reach::Hot { session_id } => Some(session_id.clone()),
+                Reach::Cold { .. } => None,
+            };
+            assert_ne!(
+                reopened.as_deref(),
+                Some("s1"),
+                "the thread's abandoned session came back: {plan:?}"
+            );
         }
-        let (plan, session) = start(&mut life, None, "s2");
-        assert_eq!(plan.hot_session(), None);
-        answered(&mut life, &session);
-        life.settled(&thread(), None, Moment(6));
-        life.take_outbox();
-        // The timed-out read answers now, with what the store held before.
-        life.read_done(&thread(), Ok(Some(SessionRecord::new("s1"))));
-        // The next start cannot read the store: it decides from what the lifecycle believes.
-        life.read_receipt(&thread(), Moment(7));
-        life.read_done(&thread(), Err(std::time::Duration::from_secs(10)));
-        let (plan, _) = start(&mut life, None, "s3");
-        let reopened = match &plan.reach {
-            Reach::Warm { record, .. } => Some(record.session_id.clone()),
-            Reach::Hot { session_id } => Some(session_id.clone()),
-            Reach::Cold { .. } => None,
-        };
-        assert_ne!(
-            reopened.as_deref(),
-            Some("s1"),
-            "the thread's abandoned session came back: {plan:?}"
-        );
     }
 
     #[test]
     fn while_the_store_is_down_a_live_session_is_continued_unchecked() {
-        let mut life = answered_once();
-        assert!(matches!(
-            place(&life, true, StoreHealth::Down).as_slice(),
-            [Placed::Run(..)]
-        ));
-        let (plan, _) = start(&mut life, Some("s1"), "unused");
-        assert_eq!(plan.hot_session(), Some("s1"));
+        for behaviours in none_and_all() {
+            let mut life = answered_once(behaviours);
+            assert!(matches!(
+                place(&life, true, StoreHealth::Down).as_slice(),
+                [Placed::Run(..)]
+            ));
+            let (plan, _) = start(&mut life, Some("s1"), "unused");
+            assert_eq!(plan.hot_session(), Some("s1"));
+        }
     }
 
     #[test]
     fn without_resume_nothing_is_checked() {
-        let config = LifecycleConfig {
-            resume: false,
-            ..LifecycleConfig::default()
-        };
-        let mut life = Lifecycle::new(config);
-        let (_, session) = start(&mut life, None, "s1");
-        answered(&mut life, &session);
-        life.settled(&thread(), None, Moment(4));
-        assert!(matches!(
-            place(&life, true, StoreHealth::Answering).as_slice(),
-            [Placed::Run(..)]
-        ));
+        for behaviours in none_and_all() {
+            let config = LifecycleConfig {
+                resume: false,
+                ..LifecycleConfig::with_behaviours(behaviours)
+            };
+            let mut life = Lifecycle::new(config);
+            let (_, session) = start(&mut life, None, "s1");
+            answered(&mut life, &session);
+            life.settled(&thread(), None, Moment(4));
+            assert!(matches!(
+                place(&life, true, StoreHealth::Answering).as_slice(),
+                [Placed::Run(..)]
+            ));
+        }
     }
 
     #[test]
     fn a_forget_seen_during_a_turn_keeps_its_answer_and_releases_its_session_after_it() {
-        let mut life = answered_once();
-        life.read_receipt(&thread(), Moment(5));
-        life.read_done(&thread(), Ok(Some(SessionRecord::new("s1"))));
-        let (plan, session) = start(&mut life, Some("s1"), "unused");
-        assert_eq!(plan.hot_session(), Some("s1"));
-        // A write the turn queued was refused: an operator forgot the receipt meanwhile.
-        life.forgotten(&thread());
-        let out = life.take_outbox();
-        assert!(forgotten_recorded(&out.records));
-        if cfg!(feature = "residency") {
-            // The running resident's worker is busy: its release waits for the turn's end.
-            assert_eq!(out.commands.len(), 1, "{:?}", out.commands);
-            life.released(&thread(), "s1");
-        }
-        answered(&mut life, &session);
-        assert!(life.settling().is_empty(), "nothing of it is committed");
-        let out = life.take_outbox();
-        if !cfg!(feature = "residency") {
-            let release = Command::Release {
-                scope: thread(),
-                slot: 0,
-                session_id: "s1".into(),
-            };
-            assert_eq!(out.commands, [release], "released after its answer");
-            life.released(&thread(), "s1");
-        }
-        assert!(out.store.is_empty(), "{:?}", out.store);
-        let (plan, _) = start(&mut life, None, "s2");
-        assert_eq!(
-            plan.reach,
-            Reach::Cold {
-                reason: ColdReason::Abandoned
+        for behaviours in none_and_all() {
+            let mut life = answered_once(behaviours);
+            life.read_receipt(&thread(), Moment(5));
+            life.read_done(&thread(), Ok(Some(SessionRecord::new("s1"))));
+            let (plan, session) = start(&mut life, Some("s1"), "unused");
+            assert_eq!(plan.hot_session(), Some("s1"));
+            // A write the turn queued was refused: an operator forgot the receipt meanwhile.
+            life.forgotten(&thread());
+            let out = life.take_outbox();
+            assert!(forgotten_recorded(&out.records));
+            if behaviours.has(Behaviour::Residency) {
+                // The running resident's worker is busy: its release waits for the turn's end.
+                assert_eq!(out.commands.len(), 1, "{:?}", out.commands);
+                life.released(&thread(), "s1");
             }
-        );
+            answered(&mut life, &session);
+            assert!(life.settling().is_empty(), "nothing of it is committed");
+            let out = life.take_outbox();
+            if !behaviours.has(Behaviour::Residency) {
+                let release = Command::Release {
+                    scope: thread(),
+                    slot: 0,
+                    session_id: "s1".into(),
+                };
+                assert_eq!(out.commands, [release], "released after its answer");
+                life.released(&thread(), "s1");
+            }
+            assert!(out.store.is_empty(), "{:?}", out.store);
+            let (plan, _) = start(&mut life, None, "s2");
+            assert_eq!(
+                plan.reach,
+                Reach::Cold {
+                    reason: ColdReason::Abandoned
+                }
+            );
+        }
     }
 }

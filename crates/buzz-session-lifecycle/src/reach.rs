@@ -18,7 +18,7 @@ use crate::scope::Scope;
 use crate::session_config::SessionConfig;
 
 /// How the turn reaches the scope's session.
-#[allow(clippy::large_enum_variant)] // a receipt (with `continuity`) is large; moved once per turn or store call, never kept in bulk
+#[allow(clippy::large_enum_variant)] // a receipt (with continuity) is large; moved once per turn or store call, never kept in bulk
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reach {
     /// Continue on the live session the turn's worker holds: no `session/load`, no
@@ -109,14 +109,13 @@ pub enum NextSession {
     /// The harness gave up reopening the stored session: the next one is new.
     GaveUp,
     /// The harness retires the session: at the next turn it asks it for a handoff, then opens a
-    /// new session that starts from it.
-    #[cfg(feature = "continuity")]
+    /// new session that starts from it (with continuity).
     Retire {
         /// Why.
         reason: crate::retirement::RetireReason,
     },
-    /// The next session is new and starts from `context`, because of `reason`.
-    #[cfg(feature = "continuity")]
+    /// The next session is new and starts from `context`, because of `reason` (with
+    /// continuity).
     Replace {
         /// Why the old session cannot go on.
         reason: ColdReason,
@@ -126,7 +125,6 @@ pub enum NextSession {
 }
 
 /// What a new (or not yet informed) session is given before the turn's own prompt.
-#[cfg(feature = "continuity")]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum FirstContext {
     /// Nothing beyond upstream's context window.
@@ -143,7 +141,6 @@ pub enum FirstContext {
 }
 
 /// The old session a turn must ask for a handoff before it opens the new one.
-#[cfg(feature = "continuity")]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RetireStep {
     /// How the old session is reached: hot (live on the worker) or warm (reopened first).
@@ -168,19 +165,19 @@ pub struct Plan {
     pub fresh: bool,
     /// Where the turn task reports (the driver attaches its scope's mailbox).
     pub report: crate::mailbox::Reporter,
-    /// What the session gets before the turn's own prompt.
-    #[cfg(feature = "continuity")]
+    /// Whether a turn whose stored session turned out to be gone goes on in a new session at
+    /// once (see [`Plan::continues_after_loss`]).
+    pub continues_after_loss: bool,
+    /// What the session gets before the turn's own prompt (with continuity).
     pub context: FirstContext,
-    /// The session to retire first, with a handoff.
-    #[cfg(feature = "continuity")]
+    /// The session to retire first, with a handoff (with continuity).
     pub retire: Option<RetireStep>,
-    /// The model the continued or reopened session must be switched to before the prompt.
-    #[cfg(feature = "config-in-place")]
+    /// The model the continued or reopened session must be switched to before the prompt (with
+    /// in-place configuration changes).
     pub switch_model: Option<ModelSwitch>,
 }
 
 /// A model switch to apply in place (`session/set_config_option`, config `model`).
-#[cfg(feature = "config-in-place")]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModelSwitch {
     /// The model.
@@ -201,11 +198,9 @@ impl Default for Plan {
             discard: None,
             fresh: false,
             report: crate::mailbox::Reporter::default(),
-            #[cfg(feature = "continuity")]
+            continues_after_loss: true,
             context: FirstContext::Window,
-            #[cfg(feature = "continuity")]
             retire: None,
-            #[cfg(feature = "config-in-place")]
             switch_model: None,
         }
     }
@@ -222,7 +217,6 @@ impl Plan {
 
     /// The turn's prompt with what the session gets first: a pending handoff, labelled as such
     /// (the whole thread is already in upstream's window, widened by the harness).
-    #[cfg(feature = "continuity")]
     pub fn first_context(&self, prompt: String) -> String {
         let FirstContext::Handoff(handoff) = &self.context else {
             return prompt;
@@ -236,7 +230,6 @@ impl Plan {
     }
 
     /// The byte budget of the whole thread, when the turn is given the whole thread.
-    #[cfg(feature = "continuity")]
     pub fn whole_thread_budget(&self) -> Option<usize> {
         match self.context {
             FirstContext::WholeThread { budget_bytes } => Some(budget_bytes),
@@ -248,7 +241,7 @@ impl Plan {
     /// once (with upstream's window), or stops so the lifecycle can plan the new session with the
     /// whole thread (with continuity).
     pub fn continues_after_loss(&self) -> bool {
-        !cfg!(feature = "continuity")
+        self.continues_after_loss
     }
 
     /// Extends the `_meta` of a `session/new` with the scope (so a gateway that keys state by
@@ -293,6 +286,9 @@ pub struct Situation<'a> {
     pub config: &'a SessionConfig,
     /// How the agent lets a stored session be reopened (`None`: it does not).
     pub restore: Option<RestoreMethod>,
+    /// A session opened under another model is switched in place, not replaced (with in-place
+    /// configuration changes).
+    pub switch_models_in_place: bool,
 }
 
 /// How the turn reaches the session, and what the worker must drop first.
@@ -312,9 +308,7 @@ pub fn decide(s: Situation<'_>) -> (Reach, Option<String>) {
         NextSession::GaveUp => ColdReason::RestoreAbandoned,
         // The lifecycle reaches a retiring session as if it continued (to ask it for its
         // handoff); asked here, it is simply not continued.
-        #[cfg(feature = "continuity")]
         NextSession::Retire { .. } => ColdReason::Retired,
-        #[cfg(feature = "continuity")]
         NextSession::Replace { reason, .. } => *reason,
         NextSession::Continue if !s.resume => ColdReason::ResumeOff,
         NextSession::Continue => match stored(s) {
@@ -335,7 +329,7 @@ fn stored(s: Situation<'_>) -> Result<Reach, ColdReason> {
     };
     // With in-place configuration changes a session opened under another model is reopened and
     // switched, not replaced.
-    if !cfg!(feature = "config-in-place") && record.requested_model != s.config.requested_model {
+    if !s.switch_models_in_place && record.requested_model != s.config.requested_model {
         return Err(ColdReason::ModelChanged);
     }
     if record.requested_permission_mode != s.config.requested_permission_mode {
@@ -405,6 +399,7 @@ mod tests {
         next: NextSession,
         receipt: ReceiptView,
         restore: Option<RestoreMethod>,
+        switch_models_in_place: bool,
     ) -> (Reach, Option<String>) {
         decide(Situation {
             live: live.as_ref(),
@@ -413,6 +408,7 @@ mod tests {
             receipt: &receipt,
             config: &config(),
             restore,
+            switch_models_in_place,
         })
     }
 
@@ -422,6 +418,12 @@ mod tests {
 
     #[test]
     fn the_reach_table() {
+        for switch_models_in_place in [false, true] {
+            reach_table(switch_models_in_place);
+        }
+    }
+
+    fn reach_table(switch_models_in_place: bool) {
         let fresh = |b| view(b, Freshness::Fresh);
         let load = Some(RestoreMethod::Load);
         let live = |current| {
@@ -439,8 +441,8 @@ mod tests {
             session_id: "live".into(),
         };
         // A receipt opened under another model: reopened and switched in place when the series
-        // can (config-in-place), else a new session.
-        let other_model = if cfg!(feature = "config-in-place") {
+        // can (model-switch-in-place), else a new session.
+        let other_model = if switch_models_in_place {
             Reach::Warm {
                 record: receipt("s1", "other"),
                 method: RestoreMethod::Load,
@@ -545,9 +547,13 @@ mod tests {
             ),
         ];
         for (i, (live, next, receipt, restore, want, discard)) in cases.into_iter().enumerate() {
-            let (reach, dropped) = run(live, next, receipt, restore);
-            assert_eq!(reach, want, "case {i}");
-            assert_eq!(dropped.as_deref(), discard, "case {i}");
+            let (reach, dropped) = run(live, next, receipt, restore, switch_models_in_place);
+            assert_eq!(reach, want, "case {i}, in place: {switch_models_in_place}");
+            assert_eq!(
+                dropped.as_deref(),
+                discard,
+                "case {i}, in place: {switch_models_in_place}"
+            );
         }
     }
 
@@ -561,6 +567,7 @@ mod tests {
             receipt: &receipt,
             config: &config(),
             restore: Some(RestoreMethod::Resume),
+            switch_models_in_place: true,
         });
         assert_eq!(reach, cold(ColdReason::ResumeOff));
     }

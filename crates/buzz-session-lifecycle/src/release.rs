@@ -6,6 +6,7 @@
 //! finished, so a session is never closed while it is being reopened. Agent death is neither: the
 //! sessions died with the process, and the receipt stays so the next turn can reopen it.
 
+use crate::behaviours::Behaviour;
 use crate::decision::{Command, StoreOp};
 use crate::lifecycle::Lifecycle;
 use crate::phase::Phase;
@@ -19,8 +20,9 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     /// scope's sessions that idle workers still hold (worker slot, session id): they are released
     /// too.
     pub fn abandon(&mut self, scope: &K, live: Vec<(usize, String)>, now: crate::clock::Moment) {
-        #[cfg(feature = "residency")]
-        self.dispose(scope, crate::residents::DisposeReason::Abandoned);
+        if self.has(Behaviour::Residency) {
+            self.dispose(scope, crate::residents::DisposeReason::Abandoned);
+        }
         for (slot, session_id) in live {
             self.release(scope, slot, &session_id);
         }
@@ -37,8 +39,9 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     /// The agent was removed from `channel`: every session there is abandoned (residents are
     /// released; the harness drops the channel's other sessions from its workers).
     pub fn abandon_channel(&mut self, channel: &str) {
-        #[cfg(feature = "residency")]
-        self.dispose_channel(channel);
+        if self.has(Behaviour::Residency) {
+            self.dispose_channel(channel);
+        }
         let scopes: Vec<K> = self
             .scopes
             .keys()

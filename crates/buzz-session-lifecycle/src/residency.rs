@@ -1,4 +1,4 @@
-//! Residency (patch `resident-background-controllers`, feature `residency`): finished sessions
+//! Residency (patch `resident-background-controllers`, behaviour `Residency`): finished sessions
 //! stay live on their workers, and follow-ups continue on them hot.
 //!
 //! After a successful turn the scope's live session stays *resident* on its worker: the next

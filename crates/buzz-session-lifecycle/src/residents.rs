@@ -1,4 +1,4 @@
-//! The resident table (patch `resident-background-controllers`, feature `residency`): which
+//! The resident table (patch `resident-background-controllers`, behaviour `Residency`): which
 //! finished sessions stay live on which worker, in least-recently-used order, and why one left.
 //!
 //! Plain data with no knowledge of the lifecycle that consults it (see [`crate::residency`] for

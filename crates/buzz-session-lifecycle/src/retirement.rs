@@ -1,4 +1,4 @@
-//! What retiring a session means (patch `continuity-handoff`, feature `continuity`): the
+//! What retiring a session means (patch `continuity-handoff`, behaviour `Continuity`): the
 //! continuity settings, the reasons the harness retires a session, and how full a session is.
 //!
 //! Plain values shared by the rules that retire sessions ([`crate::rotation`]), the plans that

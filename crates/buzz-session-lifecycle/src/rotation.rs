@@ -1,4 +1,4 @@
-//! Continuity across rotations (patch `continuity-handoff`, feature `continuity`).
+//! Continuity across rotations (patch `continuity-handoff`, [`Behaviour::Continuity`]).
 //!
 //! When the harness itself must replace a thread's live session, the thread must not lose what
 //! its agent knew. The rules:
@@ -27,6 +27,7 @@
 
 use buzz_session_store::{Handoff, MAX_HANDOFF_TEXT_BYTES, Retirement, Usage};
 
+use crate::behaviours::Behaviour;
 use crate::clock::Moment;
 use crate::decision::NoticeCause;
 use crate::lifecycle::Lifecycle;
@@ -325,13 +326,12 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
 
     /// A retired or exhausted session leaves: its resident is disposed, or it is released.
     fn drop_retired(&mut self, scope: &K, slot: usize, session_id: &str) {
-        #[cfg(feature = "residency")]
-        {
+        if self.has(Behaviour::Residency) {
             let reason = crate::residents::DisposeReason::Replaced;
             self.drop_live(scope, slot, session_id, reason);
+        } else {
+            self.release(scope, slot, session_id);
         }
-        #[cfg(not(feature = "residency"))]
-        self.release(scope, slot, session_id);
         if let Some(state) = self.scopes.get_mut(scope)
             && state
                 .known

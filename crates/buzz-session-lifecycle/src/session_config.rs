@@ -6,6 +6,8 @@
 //! folded into one fingerprint; the requested model and permission mode are also kept as names,
 //! because a receipt stores them and is compared by them.
 
+use crate::behaviours::{Behaviour, Behaviours};
+
 /// The configuration a new session would get now.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SessionConfig {
@@ -22,11 +24,17 @@ impl SessionConfig {
     /// `session/new` (cwd, MCP servers, …); the requested model and permission mode are part of
     /// the fingerprint too.
     ///
-    /// With in-place configuration changes the model is not part of the fingerprint: a session
-    /// opened under another model is switched, not replaced.
-    pub fn new(fixed: &[&str], model: Option<&str>, permission_mode: Option<&str>) -> Self {
+    /// With in-place configuration changes ([`Behaviour::ConfigInPlace`] among `behaviours`)
+    /// the model is not part of the fingerprint: a session opened under another model is
+    /// switched, not replaced.
+    pub fn new(
+        behaviours: Behaviours,
+        fixed: &[&str],
+        model: Option<&str>,
+        permission_mode: Option<&str>,
+    ) -> Self {
         let mut parts = fixed.to_vec();
-        if !cfg!(feature = "config-in-place") {
+        if !behaviours.has(Behaviour::ConfigInPlace) {
             parts.push(model.unwrap_or(""));
         }
         parts.push(permission_mode.unwrap_or(""));
@@ -67,13 +75,18 @@ mod tests {
         assert_eq!(fingerprint_of(&["a", "b"]), fingerprint_of(&["a", "b"]));
         assert_ne!(fingerprint_of(&["ab", "c"]), fingerprint_of(&["a", "bc"]));
         assert_ne!(fingerprint_of(&[]), fingerprint_of(&[""]));
-        let m1 = SessionConfig::new(&["/srv", "[]"], Some("m1"), None);
-        let m2 = SessionConfig::new(&["/srv", "[]"], Some("m2"), None);
-        assert_eq!(
-            m1.fingerprint == m2.fingerprint,
-            cfg!(feature = "config-in-place"),
-            "the model is switched in place, or part of what a session is"
-        );
-        assert_eq!(m1.requested_model.as_deref(), Some("m1"));
+        for behaviours in [
+            Behaviours::all().without(Behaviour::ConfigInPlace),
+            Behaviours::of(&[Behaviour::ConfigInPlace]),
+        ] {
+            let m1 = SessionConfig::new(behaviours, &["/srv", "[]"], Some("m1"), None);
+            let m2 = SessionConfig::new(behaviours, &["/srv", "[]"], Some("m2"), None);
+            assert_eq!(
+                m1.fingerprint == m2.fingerprint,
+                behaviours.has(Behaviour::ConfigInPlace),
+                "the model is switched in place, or part of what a session is: {behaviours:?}"
+            );
+            assert_eq!(m1.requested_model.as_deref(), Some("m1"));
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 use buzz_session_store::TurnCommit;
 
+use crate::behaviours::Behaviour;
 use crate::decision::StoreOp;
 use crate::lifecycle::Lifecycle;
 use crate::outcome::Delivered;
@@ -61,12 +62,12 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             return;
         };
         let delivered = delivered.filter(|d| d.session_id == settle.session_id);
+        let continuity = self.has(Behaviour::Continuity);
         if let Some(delivered) = delivered
             && self.config.resume
-            && (cfg!(feature = "delta-context") || cfg!(feature = "continuity"))
+            && (self.has(Behaviour::DeltaContext) || continuity)
         {
-            #[cfg(feature = "continuity")]
-            if let Some(usage) = &delivered.usage {
+            if continuity && let Some(usage) = &delivered.usage {
                 self.usage_settled(scope, &settle.session_id, usage, now);
             }
             let commit = self.turn_commit(scope, &settle, delivered);
@@ -75,13 +76,12 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 commit,
             });
         }
-        let _ = now;
         self.forget_if_bare(scope);
     }
 
     /// What a settled turn writes into the receipt.
     fn turn_commit(&mut self, scope: &K, settle: &Settle, delivered: Delivered) -> TurnCommit {
-        let ledger = if cfg!(feature = "delta-context") {
+        let ledger = if self.has(Behaviour::DeltaContext) {
             bound_ledger(
                 &delivered.event_ids,
                 &settle.window,
@@ -91,7 +91,6 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         } else {
             Vec::new()
         };
-        #[cfg_attr(not(feature = "continuity"), allow(unused_mut))]
         let mut commit = TurnCommit {
             session_id: settle.session_id.clone(),
             delivered_event_ids: ledger,
@@ -100,8 +99,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             usage: None,
             handoff_delivered: false,
         };
-        #[cfg(feature = "continuity")]
-        {
+        if self.has(Behaviour::Continuity) {
             commit.turns = self
                 .scopes
                 .get(scope)

@@ -8,7 +8,6 @@ use serde_json::Value;
 
 use crate::gate::RestoreMethod;
 use crate::reach::{ColdReason, ReachKind};
-#[cfg(feature = "residency")]
 use crate::residents::DisposeReason;
 
 /// A telemetry record.
@@ -106,7 +105,6 @@ pub enum Record {
         scope: String,
     },
     /// The harness retired a session (its next turn asks it for a handoff).
-    #[cfg(feature = "continuity")]
     SessionRetired {
         /// Scope label.
         scope: String,
@@ -116,7 +114,6 @@ pub enum Record {
         reason: crate::retirement::RetireReason,
     },
     /// A retiring session handed off to its successor.
-    #[cfg(feature = "continuity")]
     HandoffTaken {
         /// Scope label.
         scope: String,
@@ -126,7 +123,6 @@ pub enum Record {
         bytes: usize,
     },
     /// A retiring session could not answer the handoff; its successor gets the whole thread.
-    #[cfg(feature = "continuity")]
     HandoffUnavailable {
         /// Scope label.
         scope: String,
@@ -134,7 +130,6 @@ pub enum Record {
         from_session_id: String,
     },
     /// A session refused a prompt as too long.
-    #[cfg(feature = "continuity")]
     SessionExhausted {
         /// Scope label.
         scope: String,
@@ -142,7 +137,6 @@ pub enum Record {
         session_id: String,
     },
     /// A session took a model switch in place.
-    #[cfg(feature = "config-in-place")]
     ModelSwitched {
         /// Scope label.
         scope: String,
@@ -150,7 +144,6 @@ pub enum Record {
         model: String,
     },
     /// A session could not take a model switch in place.
-    #[cfg(feature = "config-in-place")]
     ModelNotSwitched {
         /// Scope label.
         scope: String,
@@ -160,7 +153,6 @@ pub enum Record {
         detail: String,
     },
     /// A follow-up waits for its resident's busy worker instead of going cold elsewhere.
-    #[cfg(feature = "residency")]
     CapacityWait {
         /// Scope label.
         scope: String,
@@ -168,7 +160,6 @@ pub enum Record {
         slot: usize,
     },
     /// A live session stays resident after a successful turn.
-    #[cfg(feature = "residency")]
     ResidentKept {
         /// Scope label.
         scope: String,
@@ -178,7 +169,6 @@ pub enum Record {
         session_id: String,
     },
     /// A resident was disposed (exactly once per resident).
-    #[cfg(feature = "residency")]
     ResidentDisposed {
         /// Scope label.
         scope: String,

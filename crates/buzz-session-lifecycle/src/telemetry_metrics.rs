@@ -1,4 +1,4 @@
-//! The lifecycle's telemetry as Prometheus metrics (feature `metrics`, patch `operator-metrics`).
+//! The lifecycle's telemetry as Prometheus metrics (patch `operator-metrics`, behaviour `Metrics`).
 //!
 //! An operator running the patched harness under a supervisor wants a dashboard: are follow-ups
 //! still served hot after an upgrade, how often do restores fail, is the receipt store up and
@@ -310,38 +310,29 @@ impl<K: Scope> Metrics<K> {
                 counter!(RECEIPT_CONFLICTS, "op" => code(op)).increment(1)
             }
             Record::ReceiptForgotten { .. } => counter!(RECEIPTS_FORGOTTEN).increment(1),
-            #[cfg(feature = "continuity")]
             Record::SessionRetired { reason, .. } => {
                 counter!(SESSIONS_RETIRED, "reason" => reason.code()).increment(1)
             }
-            #[cfg(feature = "continuity")]
             Record::HandoffTaken { bytes, .. } => {
                 counter!(HANDOFFS, "outcome" => "taken").increment(1);
                 histogram!(HANDOFF_SIZE).record(*bytes as f64);
             }
-            #[cfg(feature = "continuity")]
             Record::HandoffUnavailable { .. } => {
                 counter!(HANDOFFS, "outcome" => "unavailable").increment(1)
             }
-            #[cfg(feature = "continuity")]
             Record::SessionExhausted { .. } => counter!(SESSIONS_EXHAUSTED).increment(1),
-            #[cfg(feature = "config-in-place")]
             Record::ModelSwitched { .. } => {
                 counter!(MODEL_SWITCHES, "outcome" => "switched").increment(1)
             }
-            #[cfg(feature = "config-in-place")]
             Record::ModelNotSwitched { .. } => {
                 counter!(MODEL_SWITCHES, "outcome" => "refused").increment(1)
             }
-            #[cfg(feature = "residency")]
             Record::CapacityWait { .. } => counter!(CAPACITY_WAITS).increment(1),
-            #[cfg(feature = "residency")]
             Record::ResidentDisposed { reason, .. } => {
                 counter!(RESIDENT_DISPOSALS, "reason" => code(reason)).increment(1)
             }
             // Plans are not what happened (see the module docs); kept residents are the gauge.
             Record::TurnStarted { .. } => {}
-            #[cfg(feature = "residency")]
             Record::ResidentKept { .. } => {}
         }
     }
@@ -364,7 +355,6 @@ impl<K: Scope> Metrics<K> {
                 };
                 Reached::Cold(code(&reason))
             }
-            #[cfg(feature = "config-in-place")]
             // A model the session does not offer leaves it in place and the turn goes on there.
             Report::ModelRefused {
                 offered: Some(false),
@@ -575,7 +565,6 @@ mod tests {
 
     /// A session that refused the owner's model switch never got the prompt: the turn is not
     /// counted under it.
-    #[cfg(feature = "config-in-place")]
     #[test]
     fn a_refused_model_switch_is_not_a_served_turn() {
         let recorder = local_recorder();
@@ -597,7 +586,6 @@ mod tests {
 
     /// A model the session does not offer leaves the session in place: the turn goes on there
     /// and is counted under it.
-    #[cfg(feature = "config-in-place")]
     #[test]
     fn a_model_the_session_does_not_offer_still_serves_the_turn_hot() {
         let recorder = local_recorder();
@@ -679,7 +667,6 @@ mod tests {
 
     /// Residents: the gauge is what the driver sets, disposals count by reason, capacity waits
     /// one per wait.
-    #[cfg(feature = "residency")]
     #[test]
     fn residency_records_count_disposals_and_waits() {
         use crate::residents::DisposeReason;
@@ -714,7 +701,6 @@ mod tests {
     }
 
     /// Handoffs and retirements, with continuity.
-    #[cfg(feature = "continuity")]
     #[test]
     fn continuity_records_count_retirements_and_handoffs() {
         use crate::retirement::RetireReason;

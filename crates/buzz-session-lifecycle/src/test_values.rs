@@ -2,7 +2,14 @@
 //! crate's tests, its integration tests and anyone modelling the harness can use them;
 //! re-exported by [`crate::testing`] next to the in-memory receipt store.
 
+use crate::behaviours::Behaviours;
 use crate::scope::{Input, Scope};
+
+/// The two ends of the series: none of its behaviours (the port of block/buzz#6088 alone) and
+/// all of them (the whole series). A rule that holds in every build is tested at both.
+pub fn none_and_all() -> [Behaviours; 2] {
+    [Behaviours::default(), Behaviours::all()]
+}
 
 /// A test scope: a channel name and an optional thread root.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

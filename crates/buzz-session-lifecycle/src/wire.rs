@@ -17,7 +17,7 @@
 //!   its version does not know, such as the ACP v2 draft's `capabilities.session`. The tap keeps
 //!   the raw result and reads it with [`AgentCaps::from_initialize`], which looks at the
 //!   answer's `protocolVersion` first ([`crate::gate`]).
-//! * **The models a session offers** (feature `config-in-place`). A session's configuration
+//! * **The models a session offers** (for in-place model switches). A session's configuration
 //!   options come in the answers to `session/new`, `session/load` and `session/resume` and in
 //!   `config_option_update` notifications (ACP "Session Config Options"). The watch keeps the
 //!   values of each session's `model` option, so a session that refuses a model switch can be
@@ -51,13 +51,10 @@ struct Watch {
     usage: HashMap<String, Usage>,
     /// Sessions whose permission requests are refused (while the harness prompts them on its
     /// own, e.g. for a handoff).
-    #[cfg(feature = "continuity")]
     refusing: Vec<String>,
     /// `session/new` requests in flight (their answers name the new session).
-    #[cfg(feature = "config-in-place")]
     creating: Vec<Value>,
     /// The values of each session's `model` option, as last offered.
-    #[cfg(feature = "config-in-place")]
     models: HashMap<String, Vec<String>>,
 }
 
@@ -79,7 +76,7 @@ impl WireWatch {
         if outgoing {
             if RESTORE_METHODS.iter().any(|m| line.contains(m))
                 || line.contains("\"initialize\"")
-                || (cfg!(feature = "config-in-place") && line.contains("\"session/new\""))
+                || line.contains("\"session/new\"")
             {
                 self.outgoing(line);
             }
@@ -88,15 +85,11 @@ impl WireWatch {
         if line.contains("\"usage_update\"") {
             self.usage_update(line);
         }
-        #[cfg(feature = "config-in-place")]
         if line.contains("\"config_option_update\"") {
             self.config_option_update(line);
         }
         let mut watch = self.lock();
-        #[cfg(feature = "config-in-place")]
         let creating = !watch.creating.is_empty();
-        #[cfg(not(feature = "config-in-place"))]
-        let creating = false;
         if watch.initialize.is_none() && watch.restoring.is_empty() && !creating {
             return false;
         }
@@ -113,7 +106,6 @@ impl WireWatch {
                     watch.identity = identity_of(result);
                 }
             }
-            #[cfg(feature = "config-in-place")]
             watch.session_opened(&id, &frame);
             watch.restoring.retain(|(request_id, _)| *request_id != id);
             return false;
@@ -139,7 +131,6 @@ impl WireWatch {
                     watch.restoring.push((id, sid.to_string()));
                 }
             }
-            #[cfg(feature = "config-in-place")]
             Some("session/new") => watch.creating.push(id),
             _ => {}
         }
@@ -152,7 +143,6 @@ impl WireWatch {
     }
 
     /// Refuses (or stops refusing) the permission requests of `session_id`.
-    #[cfg(feature = "continuity")]
     pub fn refuse_permissions(&self, session_id: &str, refuse: bool) {
         let mut watch = self.lock();
         watch.refusing.retain(|s| s != session_id);
@@ -162,7 +152,6 @@ impl WireWatch {
     }
 
     /// Whether the permission requests of `session_id` are refused.
-    #[cfg(feature = "continuity")]
     pub fn refuses_permissions(&self, session_id: &str) -> bool {
         self.lock().refusing.iter().any(|s| s == session_id)
     }
@@ -200,14 +189,12 @@ impl WireWatch {
 
     /// Whether `session_id`'s `model` option offers `model`: `None` when the watch never saw the
     /// session's options.
-    #[cfg(feature = "config-in-place")]
     pub fn offers_model(&self, session_id: &str, model: &str) -> Option<bool> {
         let watch = self.lock();
         let offered = watch.models.get(session_id)?;
         Some(offered.iter().any(|m| m == model))
     }
 
-    #[cfg(feature = "config-in-place")]
     fn config_option_update(&self, line: &str) {
         let Ok(frame) = serde_json::from_str::<Value>(line) else {
             return;
@@ -224,7 +211,6 @@ impl WireWatch {
     }
 }
 
-#[cfg(feature = "config-in-place")]
 impl Watch {
     /// The answer `id` to a `session/new`, `session/load` or `session/resume`: the session's
     /// configuration options.
@@ -266,7 +252,6 @@ impl Watch {
 }
 
 /// The `value`s of a select option's choices, flat or grouped (`{group, name, options}`).
-#[cfg(feature = "config-in-place")]
 fn select_values(choices: &Value, out: &mut Vec<String>) {
     for choice in choices.as_array().into_iter().flatten() {
         match choice["value"].as_str() {
@@ -290,7 +275,6 @@ fn identity_of(result: &Value) -> AgentIdentity {
 mod tests {
     use super::*;
 
-    #[cfg(feature = "config-in-place")]
     #[test]
     fn the_models_a_session_offers_come_from_its_answers_and_updates() {
         let watch = WireWatch::default();

@@ -2,6 +2,7 @@
 //! paused clock with the in-memory store: rules that live in the dispatcher itself.
 
 use buzz_session_lifecycle::driver::DEFAULT_READ_WAIT;
+use buzz_session_lifecycle::test_values::none_and_all;
 use buzz_session_lifecycle::testing::{MemoryReceipts, Msg, TestScope};
 use buzz_session_lifecycle::{
     AgentCaps, Claimed, Driver, Inbox, LifecycleConfig, Plan, Reach, SlotView, Step, Target,
@@ -111,76 +112,77 @@ fn plans(steps: Vec<Step<usize, Vec<Msg>>>) -> Vec<(usize, Plan)> {
 
 #[test]
 fn a_turn_the_pool_routes_away_from_its_held_session_reads_its_receipt_first() {
-    // Rule: a scope whose live session an idle worker holds is placed without reading its
-    // receipt, because it will continue that session. If the pool's routing hands it another
-    // worker anyway (the holder was claimed by a scope placed before it, or its owner is busy),
-    // the turn cannot continue the session: the worker goes back and the receipt is read first,
-    // as for any turn that is not hot.
-    let rt = runtime();
-    let _context = rt.enter();
-    let store = MemoryReceipts::new(KeyScheme::Scope);
-    let config = LifecycleConfig {
-        #[cfg(feature = "residency")]
-        max_residents: 0,
-        ..LifecycleConfig::default()
-    };
-    let records = Box::new(|_: &str, _| {});
-    let mut driver = Driver::new(config, store.opener(), DEFAULT_READ_WAIT, records);
-    driver.configure_sessions(&["/srv"], None, None);
-    settle(&rt, &mut driver);
-    let mut pool = Pool {
-        view: vec![SlotView::Idle, SlotView::Idle],
-        next: 0,
-        held: false,
-        live: vec![None, None],
-        given_back: Vec::new(),
-    };
+    for behaviours in none_and_all() {
+        // Rule: a scope whose live session an idle worker holds is placed without reading its
+        // receipt, because it will continue that session. If the pool's routing hands it another
+        // worker anyway (the holder was claimed by a scope placed before it, or its owner is busy),
+        // the turn cannot continue the session: the worker goes back and the receipt is read first,
+        // as for any turn that is not hot.
+        let rt = runtime();
+        let _context = rt.enter();
+        let store = MemoryReceipts::new(KeyScheme::Scope);
+        let config = LifecycleConfig {
+            max_residents: 0,
+            ..LifecycleConfig::with_behaviours(behaviours)
+        };
+        let records = Box::new(|_: &str, _| {});
+        let mut driver = Driver::new(config, store.opener(), DEFAULT_READ_WAIT, records);
+        driver.configure_sessions(&["/srv"], None, None);
+        settle(&rt, &mut driver);
+        let mut pool = Pool {
+            view: vec![SlotView::Idle, SlotView::Idle],
+            next: 0,
+            held: false,
+            live: vec![None, None],
+            given_back: Vec::new(),
+        };
 
-    // A first turn on worker 0 opens s1 and answers.
-    let mut queue = Queue(Some(vec![Msg::new("m1")]));
-    assert!(
-        plans(driver.dispatch(&mut pool, &mut queue)).is_empty(),
-        "read first"
-    );
-    settle(&rt, &mut driver);
-    let [(0, plan)] = &plans(driver.dispatch(&mut pool, &mut queue))[..] else {
-        panic!("one turn on worker 0")
-    };
-    plan.report.created("s1", &None, &None);
-    let outcome = TurnOutcome::Replied {
-        session_id: "s1".into(),
-        rotated: false,
-    };
-    driver.turn_end(&a(), outcome);
-    driver.settled(&a(), None);
-    settle(&rt, &mut driver);
-    assert_eq!(store.get(&a()).map(|r| r.session_id), Some("s1".into()));
-    let reads = store.calls().reads;
+        // A first turn on worker 0 opens s1 and answers.
+        let mut queue = Queue(Some(vec![Msg::new("m1")]));
+        assert!(
+            plans(driver.dispatch(&mut pool, &mut queue)).is_empty(),
+            "read first"
+        );
+        settle(&rt, &mut driver);
+        let [(0, plan)] = &plans(driver.dispatch(&mut pool, &mut queue))[..] else {
+            panic!("one turn on worker 0")
+        };
+        plan.report.created("s1", &None, &None);
+        let outcome = TurnOutcome::Replied {
+            session_id: "s1".into(),
+            rotated: false,
+        };
+        driver.turn_end(&a(), outcome);
+        driver.settled(&a(), None);
+        settle(&rt, &mut driver);
+        assert_eq!(store.get(&a()).map(|r| r.session_id), Some("s1".into()));
+        let reads = store.calls().reads;
 
-    // Worker 0 holds s1 — but the pool hands out worker 1.
-    pool.held = true;
-    pool.live[0] = Some("s1".into());
-    pool.next = 1;
-    let mut queue = Queue(Some(vec![Msg::new("m2")]));
-    let steps = plans(driver.dispatch(&mut pool, &mut queue));
-    assert!(steps.is_empty(), "no turn without a read: {steps:?}");
-    // The read comes first either way: a live session's receipt is checked before it is
-    // continued (an operator may have forgotten it), so no worker is even claimed; without that
-    // check, the worker the pool handed out would go back.
-    assert!(
-        pool.given_back.iter().all(|&w| w == 1),
-        "{:?}",
-        pool.given_back
-    );
-    assert!(queue.0.is_some(), "the batch stays queued");
-    settle(&rt, &mut driver);
-    assert_eq!(store.calls().reads, reads + 1, "the receipt was read");
-    let steps = plans(driver.dispatch(&mut pool, &mut queue));
-    let [(1, plan)] = &steps[..] else {
-        panic!("one turn on worker 1: {steps:?}")
-    };
-    assert!(
-        matches!(&plan.reach, Reach::Warm { record, .. } if record.session_id == "s1"),
-        "{plan:?}"
-    );
+        // Worker 0 holds s1 — but the pool hands out worker 1.
+        pool.held = true;
+        pool.live[0] = Some("s1".into());
+        pool.next = 1;
+        let mut queue = Queue(Some(vec![Msg::new("m2")]));
+        let steps = plans(driver.dispatch(&mut pool, &mut queue));
+        assert!(steps.is_empty(), "no turn without a read: {steps:?}");
+        // The read comes first either way: a live session's receipt is checked before it is
+        // continued (an operator may have forgotten it), so no worker is even claimed; without that
+        // check, the worker the pool handed out would go back.
+        assert!(
+            pool.given_back.iter().all(|&w| w == 1),
+            "{:?}",
+            pool.given_back
+        );
+        assert!(queue.0.is_some(), "the batch stays queued");
+        settle(&rt, &mut driver);
+        assert_eq!(store.calls().reads, reads + 1, "the receipt was read");
+        let steps = plans(driver.dispatch(&mut pool, &mut queue));
+        let [(1, plan)] = &steps[..] else {
+            panic!("one turn on worker 1: {steps:?}")
+        };
+        assert!(
+            matches!(&plan.reach, Reach::Warm { record, .. } if record.session_id == "s1"),
+            "{plan:?}"
+        );
+    }
 }

@@ -44,19 +44,20 @@
 //! * a session is never continued or reopened while it is being released, nor after it was
 //!   abandoned on purpose (`!rotate`, `!model`, a rotation, removal from the channel);
 //! * a hot turn continues a copy of its session that has seen every prompt of it (with
-//!   `scope-keys`: under channel keys threads share sessions, as block/buzz#6088 does);
+//!   `ScopeKeys`: under channel keys threads share sessions, as block/buzz#6088 does);
 //! * with residency, a resident on an idle worker is a session that worker holds;
 //! * a thread is told the store is unavailable only when its receipt read failed.
 //!
-//! Each case builds its own runtime, store and driver, so shrinking replays cases
-//! independently. `PROPERTIES_TRACE=1` prints every step of every case run (with
+//! Each case draws the series' behaviours its harness carries (any combination, from none to
+//! all: the harness's hooks in the models follow them as the patches that switch them on do), and
+//! builds its own runtime, store and driver, so shrinking replays cases independently. `PROPERTIES_TRACE=1` prints every step of every case run (with
 //! `PROPTEST_CASES=1`, the first one is the failure persisted in
 //! `properties.proptest-regressions`, before shrinking); `PROPERTIES_STATS=1` prints what each
 //! case reached; `PROPTEST_CASES=N` searches longer.
 //!
-//! One fault remains out of the model: with steering on and without the residency patch, a
-//! message steered into a turn that completes before it sees it is lost (upstream's behaviour,
-//! block/buzz#7720 Race 1; the patch fixes it), so those builds queue mid-turn input instead.
+//! One fault remains out of the model: with steering on and without residency, a message steered
+//! into a turn that completes before it sees it is lost (upstream's behaviour, block/buzz#7720
+//! Race 1; the patch fixes it), so those cases queue mid-turn input instead.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -65,8 +66,8 @@ use std::time::Duration;
 use buzz_session_lifecycle::decision::Command;
 use buzz_session_lifecycle::testing::{MemoryReceipts, Msg, Stall, TestScope};
 use buzz_session_lifecycle::{
-    AgentCaps, Claimed, Delivered, Driver, Inbox, LifecycleConfig, Plan, Reach, Report, SlotView,
-    Step, Target, TurnOutcome, Workers,
+    AgentCaps, Behaviour, Behaviours, Claimed, Delivered, Driver, Inbox, LifecycleConfig, Plan,
+    Reach, Report, SlotView, Step, Target, TurnOutcome, Workers,
 };
 use buzz_session_store::{SessionRecord, UnixMillis};
 use proptest::prelude::*;
@@ -492,7 +493,6 @@ enum Signal {
     Cancel,
     Rotate,
     /// Upstream's running-turn model switch; with in-place changes the harness sends none.
-    #[cfg_attr(feature = "config-in-place", allow(dead_code))]
     Model(String),
     Steer(Vec<Msg>),
 }
@@ -616,12 +616,13 @@ enum End {
 /// How a case's harness is configured.
 #[derive(Clone, Debug)]
 struct Setup {
+    /// The series' behaviours the harness carries.
+    behaviours: Behaviours,
     /// Worker slots (`--agents`).
     slots: usize,
     /// A lazy pool starts empty and spawns on demand; else every slot spawns at once.
     lazy: bool,
     /// `--max-resident-sessions` (with residency).
-    #[cfg_attr(not(feature = "residency"), allow(dead_code))]
     max_residents: usize,
     /// `--multiple-event-handling steer` (with residency; see the module docs).
     steer: bool,
@@ -711,7 +712,9 @@ fn caps_of(variant: u8) -> Option<AgentCaps> {
 
 impl<'rt> World<'rt> {
     fn new(rt: &'rt tokio::runtime::Runtime, setup: Setup) -> Self {
-        let store = MemoryReceipts::new(buzz_session_lifecycle::args::KEY_SCHEME);
+        let behaviours = setup.behaviours;
+        let scheme = buzz_session_lifecycle::args::key_scheme(behaviours);
+        let store = MemoryReceipts::new(scheme);
         let mut sessions = BTreeMap::new();
         for (i, (scope, seeded)) in scopes().iter().zip(setup.seeded).enumerate() {
             if seeded {
@@ -728,13 +731,11 @@ impl<'rt> World<'rt> {
         // Steering without the residency patch loses a steered message that the turn did not
         // absorb (upstream's behaviour, block/buzz#7720 Race 1): steer only where the fork
         // tracks it.
-        let steer = cfg!(feature = "residency") && setup.steer;
+        let steer = behaviours.has(Behaviour::Residency) && setup.steer;
         let config = LifecycleConfig {
-            #[cfg(feature = "residency")]
             max_residents: setup.max_residents,
-            #[cfg(feature = "residency")]
             steer,
-            ..LifecycleConfig::default()
+            ..LifecycleConfig::with_behaviours(behaviours)
         };
         let records: Records = Arc::default();
         let sink = Arc::clone(&records);
@@ -790,6 +791,11 @@ impl<'rt> World<'rt> {
         };
         world.settle_store();
         world
+    }
+
+    /// Whether the harness carries `behaviour`.
+    fn has(&self, behaviour: Behaviour) -> bool {
+        self.setup.behaviours.has(behaviour)
     }
 
     /// `scope`'s epoch: how many times its session was abandoned on purpose.
@@ -880,21 +886,26 @@ impl<'rt> World<'rt> {
                 // With in-place changes (patch `model-switch-in-place`) no session is dropped:
                 // each takes the model at its next turn. Without, upstream's path: the thread's
                 // session is abandoned and a running turn is told to switch.
-                #[cfg(not(feature = "config-in-place"))]
-                self.abandoned(scope);
+                let in_place = self.has(Behaviour::ConfigInPlace);
+                if !in_place {
+                    self.abandoned(scope);
+                }
                 self.driver.model_switched(scope, &model, live);
-                #[cfg(not(feature = "config-in-place"))]
-                match self.turns.get_mut(scope) {
-                    Some(turn) => {
-                        turn.signal(Signal::Model(model));
+                if !in_place {
+                    match self.turns.get_mut(scope) {
+                        Some(turn) => {
+                            turn.signal(Signal::Model(model));
+                        }
+                        None => self.pool.invalidate_scope_session(scope),
                     }
-                    None => self.pool.invalidate_scope_session(scope),
                 }
             }
             Control::Cancel => {
+                let residency = self.has(Behaviour::Residency);
                 if let Some(turn) = self.turns.get_mut(scope) {
-                    #[cfg(feature = "residency")]
-                    self.driver.cancel_requested(scope);
+                    if residency {
+                        self.driver.cancel_requested(scope);
+                    }
                     turn.signal(Signal::Cancel);
                 }
             }
@@ -994,7 +1005,7 @@ impl<'rt> World<'rt> {
             // A hot turn continues a copy that has seen every prompt of its session (with
             // channel keys, threads of a channel share sessions across workers: block/buzz#6088).
             if let Reach::Hot { session_id } = &plan.reach
-                && cfg!(feature = "scope-keys")
+                && self.has(Behaviour::ScopeKeys)
             {
                 let copy = worker.seen.get(session_id).copied().unwrap_or(0);
                 assert_eq!(
@@ -1445,7 +1456,6 @@ impl<'rt> World<'rt> {
                 self.turns.contains_key(&scope),
                 "{scope:?}: the lifecycle and the harness disagree on whether it runs"
             );
-            #[cfg(feature = "residency")]
             if let Some(resident) = self.driver.lifecycle().resident(&scope)
                 && let Some(worker) = self.pool.idle(resident.slot)
             {
@@ -1564,8 +1574,9 @@ impl<'rt> World<'rt> {
         }
         if self.pool.take_all_for_sleep() {
             self.log("pool slept");
-            #[cfg(feature = "residency")]
-            self.driver.pool_slept();
+            if self.has(Behaviour::Residency) {
+                self.driver.pool_slept();
+            }
         }
     }
 
@@ -1642,8 +1653,7 @@ impl<'rt> World<'rt> {
     fn finish(&mut self) {
         self.drain();
         assert!(self.unended().is_empty(), "lost: {:?}", self.unended());
-        #[cfg(feature = "residency")]
-        {
+        if self.has(Behaviour::Residency) {
             self.driver.shutdown();
             self.execute();
             self.check();
@@ -1698,8 +1708,15 @@ fn run(setup: Setup, ops: Vec<Op>) {
 
 // ----- strategies --------------------------------------------------------------------------
 
+/// Any combination of the series' behaviours (with what each requires).
+fn behaviours() -> impl Strategy<Value = Behaviours> {
+    prop::sample::subsequence(Behaviour::ALL.to_vec(), 0..=Behaviour::ALL.len())
+        .prop_map(|on| Behaviours::of(&on))
+}
+
 fn setup() -> impl Strategy<Value = Setup> {
     (
+        behaviours(),
         1..=3usize,
         any::<bool>(),
         prop::sample::select(vec![0usize, 1, 2, 8]),
@@ -1707,14 +1724,17 @@ fn setup() -> impl Strategy<Value = Setup> {
         0..3u8,
         [any::<bool>(), any::<bool>(), any::<bool>()],
     )
-        .prop_map(|(slots, lazy, max_residents, steer, caps, seeded)| Setup {
-            slots,
-            lazy,
-            max_residents,
-            steer,
-            caps,
-            seeded,
-        })
+        .prop_map(
+            |(behaviours, slots, lazy, max_residents, steer, caps, seeded)| Setup {
+                behaviours,
+                slots,
+                lazy,
+                max_residents,
+                steer,
+                caps,
+                seeded,
+            },
+        )
 }
 
 fn open_how() -> impl Strategy<Value = OpenHow> {
@@ -1782,8 +1802,9 @@ fn cases() -> u32 {
 }
 
 /// Cases per run: 10 to 40 ms each in a debug build on two shared cores, depending on the load
-/// (768 cases: about 8 s at a load average of 8, 13 to 15 s at 18). Searches of 3,000 to 4,000
-/// cases per feature set find nothing more.
+/// (768 cases: about 8 s at a load average of 8, 13 to 15 s at 18). Each case draws its
+/// behaviours, so one run covers every combination of the series (96 distinct sets) several
+/// times over. Searches of 3,000 to 4,000 cases per build (none and all) found nothing more.
 const CASES: u32 = 768;
 
 proptest! {
