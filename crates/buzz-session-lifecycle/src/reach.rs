@@ -143,12 +143,41 @@ pub enum FirstContext {
 /// The old session a turn must ask for a handoff before it opens the new one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RetireStep {
-    /// How the old session is reached: hot (live on the worker) or warm (reopened first).
-    pub from: Reach,
+    /// How the old session is reached.
+    pub from: RetireFrom,
     /// Why it is retired (for the receipt and the thread).
     pub reason: crate::retirement::RetireReason,
     /// What the old session is asked.
     pub instruction: String,
+}
+
+/// How a retiring session is reached for its handoff: only a session that exists can be asked,
+/// so there is no cold case (a plan with nothing to ask gives the successor the whole thread).
+#[allow(clippy::large_enum_variant)] // as Reach: moved once per retirement, never kept in bulk
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RetireFrom {
+    /// Live on the turn's worker.
+    Hot {
+        /// The live session.
+        session_id: String,
+    },
+    /// Reopened from its receipt first, with `method`.
+    Warm {
+        /// The receipt.
+        record: SessionRecord,
+        /// The restore method the agent allows.
+        method: RestoreMethod,
+    },
+}
+
+impl RetireFrom {
+    /// The retiring session's id.
+    pub fn session_id(&self) -> &str {
+        match self {
+            RetireFrom::Hot { session_id } => session_id,
+            RetireFrom::Warm { record, .. } => &record.session_id,
+        }
+    }
 }
 
 /// What the turn task needs to know about its session, carried to it with the turn's input,

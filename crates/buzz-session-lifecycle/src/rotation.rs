@@ -31,7 +31,7 @@ use crate::behaviours::Behaviour;
 use crate::clock::Moment;
 use crate::decision::NoticeCause;
 use crate::lifecycle::Lifecycle;
-use crate::reach::{ColdReason, FirstContext, NextSession, Plan, Reach, RetireStep};
+use crate::reach::{ColdReason, FirstContext, NextSession, Plan, Reach, RetireFrom, RetireStep};
 pub use crate::retirement::{
     ContinuityConfig, DEFAULT_HANDOFF_INSTRUCTION, DEFAULT_WHOLE_THREAD_BUDGET_BYTES, RetireReason,
     used_percent,
@@ -77,17 +77,21 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 plan.context = self.whole_thread();
                 return;
             }
-            let from = std::mem::replace(
+            let reached = std::mem::replace(
                 &mut plan.reach,
                 Reach::Cold {
                     reason: ColdReason::Retired,
                 },
             );
-            if matches!(from, Reach::Cold { .. }) {
-                // Nothing left to ask: the replacement gets the whole thread.
-                plan.context = self.whole_thread();
-                return;
-            }
+            let from = match reached {
+                Reach::Hot { session_id } => RetireFrom::Hot { session_id },
+                Reach::Warm { record, method } => RetireFrom::Warm { record, method },
+                Reach::Cold { .. } => {
+                    // Nothing left to ask: the replacement gets the whole thread.
+                    plan.context = self.whole_thread();
+                    return;
+                }
+            };
             plan.discard = None;
             plan.retire = Some(RetireStep {
                 from,
@@ -208,7 +212,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             return;
         };
         let slot = running.slot;
-        let handoff = handoff_of(&step, from_session_id, text);
+        let handoff = handoff_of(&step, text);
         running.plan.context = FirstContext::Handoff(handoff.clone());
         self.record(Record::HandoffTaken {
             scope: scope.label(),
@@ -319,11 +323,6 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         };
     }
 
-    /// The whole-thread budget, for notices.
-    pub(crate) fn whole_thread_budget(&self) -> usize {
-        self.budget()
-    }
-
     /// A retired or exhausted session leaves: its resident is disposed, or it is released.
     fn drop_retired(&mut self, scope: &K, slot: usize, session_id: &str) {
         if self.has(Behaviour::Residency) {
@@ -343,12 +342,12 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     }
 }
 
-/// The handoff `from_session_id` gave for `step`, as its successor receives it.
-pub fn handoff_of(step: &RetireStep, from_session_id: &str, text: &str) -> Handoff {
+/// The handoff the session `step` retires gave, as its successor receives it.
+pub fn handoff_of(step: &RetireStep, text: &str) -> Handoff {
     Handoff {
         text: bounded(text),
         reason: step.reason.code().to_string(),
-        from_session_id: from_session_id.to_string(),
+        from_session_id: step.from.session_id().to_string(),
     }
 }
 
