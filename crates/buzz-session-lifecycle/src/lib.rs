@@ -46,6 +46,7 @@
 //! the one path the harness and the property tests share), [`mailbox`], [`wire`] (the frame
 //! tap), [`args`].
 
+pub mod abandonment;
 pub mod args;
 pub mod behaviours;
 pub mod classify;
@@ -62,6 +63,7 @@ pub mod notice;
 pub mod outcome;
 pub mod placement;
 pub mod reach;
+pub mod receipt_ops;
 pub mod receipt_view;
 pub mod receipts;
 pub mod release;
@@ -81,6 +83,7 @@ pub mod telemetry_metrics;
 pub mod test_values;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
+pub mod turn_start;
 pub mod wire;
 pub mod write_queue;
 

@@ -9,7 +9,6 @@ use crate::lifecycle::Lifecycle;
 use crate::mailbox::Opened;
 use crate::phase::{Phase, Settle, TaskSaid};
 use crate::reach::NextSession;
-use crate::receipt_view::Belief;
 use crate::retry::AfterFailure;
 use crate::scope::{Input, Scope};
 use crate::telemetry::Record;
@@ -390,23 +389,5 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 }
             }
         }
-    }
-
-    /// Writes `record` as `scope`'s receipt, conditionally on what the lifecycle believes the
-    /// store holds now; from then on it believes `record`.
-    pub(crate) fn put(
-        &mut self,
-        scope: &K,
-        record: buzz_session_store::SessionRecord,
-        now: Moment,
-    ) {
-        let state = self.state(scope);
-        let expect = state.receipt.belief.expectation(now);
-        state.receipt.belief = Belief::Present(record.clone());
-        self.store(crate::decision::StoreOp::Put {
-            scope: scope.clone(),
-            record,
-            expect,
-        });
     }
 }

@@ -23,7 +23,6 @@ use crate::behaviours::Behaviour;
 use crate::clock::Moment;
 use crate::lifecycle::Lifecycle;
 use crate::phase::Phase;
-use crate::reach::NextSession;
 use crate::receipt_view::Freshness;
 use crate::scope::{Input, Scope};
 
@@ -171,19 +170,6 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         }
     }
 
-    /// Whether `scope`'s next start needs its receipt read first: with resume on, before every
-    /// start that would continue or reopen the scope's session (not before a new session the
-    /// lifecycle already decided on).
-    pub(crate) fn needs_read(&self, scope: &K) -> bool {
-        if !self.config.resume {
-            return false;
-        }
-        match self.scopes.get(scope) {
-            None => true,
-            Some(state) => state.next == NextSession::Continue && !state.receipt.ready_for_start(),
-        }
-    }
-
     /// Whether a live session an idle worker holds for `scope` would be continued at start: one
     /// opened under the current configuration, or one the lifecycle never saw opened (upstream
     /// kept it). A copy under another configuration is discarded, and the receipt decides.
@@ -192,17 +178,6 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             .get(scope)
             .and_then(|s| s.known.as_ref())
             .is_none_or(|known| known.fingerprint == self.session.fingerprint)
-    }
-
-    /// Whether `scope`'s live session should have its receipt checked beside the turn that
-    /// continues it: the store answers, the receipt has not been read for this start, and no
-    /// check of it is in flight already.
-    pub(crate) fn needs_check(&self, scope: &K, store: StoreHealth) -> bool {
-        let checking = self
-            .scopes
-            .get(scope)
-            .is_some_and(|s| matches!(s.receipt.freshness, Freshness::Checking { .. }));
-        store == StoreHealth::Answering && !checking && self.needs_read(scope)
     }
 
     pub(crate) fn residency_enabled(&self) -> bool {
@@ -214,25 +189,6 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     }
 
     // ----- what the dispatcher reports back ------------------------------------------------
-
-    /// Reads `scope`'s receipt (placement asked for it): the scope waits until the read answers
-    /// or the driver gives up on it.
-    pub fn read_receipt(&mut self, scope: &K, now: Moment) {
-        self.state(scope).receipt.freshness = Freshness::Reading { since: now };
-        self.store(crate::decision::StoreOp::Read {
-            scope: scope.clone(),
-        });
-    }
-
-    /// Checks `scope`'s receipt beside the turn that now continues its live session (placement
-    /// asked for it with [`Placed::RunChecked`]; called after [`Lifecycle::start`]): nothing
-    /// waits for the answer, which [`Lifecycle::read_done`] applies when it comes.
-    pub fn check_receipt(&mut self, scope: &K, now: Moment) {
-        self.state(scope).receipt.freshness = Freshness::Checking { since: now };
-        self.store(crate::decision::StoreOp::Read {
-            scope: scope.clone(),
-        });
-    }
 
     /// When the read or check of `scope`'s receipt in flight started.
     pub fn read_started(&self, scope: &K) -> Option<Moment> {

@@ -11,6 +11,7 @@ use std::path::Path;
 
 /// The core's modules (`src/<name>.rs`).
 const CORE: &[&str] = &[
+    "abandonment",
     "classify",
     "clock",
     "config_change",
@@ -24,6 +25,7 @@ const CORE: &[&str] = &[
     "phase",
     "placement",
     "reach",
+    "receipt_ops",
     "receipt_view",
     "release",
     "residency",
@@ -35,6 +37,7 @@ const CORE: &[&str] = &[
     "session_config",
     "settlement",
     "telemetry",
+    "turn_start",
     "write_queue",
 ];
 
