@@ -6,7 +6,6 @@
 use crate::behaviours::Behaviour;
 use crate::decision::StoreOp;
 use crate::lifecycle::Lifecycle;
-use crate::phase::Phase;
 use crate::reach::NextSession;
 use crate::receipt_view::Belief;
 use crate::scope::{Input, Scope};
@@ -61,9 +60,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         if let Some(running) = state.running_mut() {
             running.abandoned = true;
         }
-        if matches!(state.phase, Phase::RetryWait { .. }) {
-            state.phase = Phase::Idle;
-        }
+        state.give_up_retry();
         state.next = NextSession::Fresh;
         state.known = None;
     }

@@ -7,7 +7,7 @@ use crate::decision::NoticeCause;
 use crate::gate::RestoreMethod;
 use crate::lifecycle::Lifecycle;
 use crate::mailbox::Opened;
-use crate::phase::{Phase, Settle, TaskSaid};
+use crate::phase::{Settle, TaskSaid};
 use crate::reach::NextSession;
 use crate::retry::AfterFailure;
 use crate::scope::{Input, Scope};
@@ -199,17 +199,8 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             requeue_without_attempt: false,
             requeue_front: Vec::new(),
         };
-        let running = match self
-            .scopes
-            .get_mut(scope)
-            .map(|s| std::mem::take(&mut s.phase))
-        {
-            Some(Phase::Running(running)) => *running,
-            Some(other) => {
-                self.state(scope).phase = other;
-                return after;
-            }
-            None => return after,
+        let Some(running) = self.scopes.get_mut(scope).and_then(|s| s.end_turn()) else {
+            return after;
         };
         let residency = self.has(Behaviour::Residency);
         if residency {
@@ -224,7 +215,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
                 if let Some(streak) = running.retry {
                     // A restore that never got an answer keeps its streak: the next attempt
                     // continues it rather than starting over.
-                    self.state(scope).phase = Phase::RetryWait { streak };
+                    self.state(scope).wait_to_retry(streak);
                 }
             }
             (_, Some(TaskSaid::Stale)) => {
@@ -318,7 +309,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         let slot = running.slot;
         // An abandoned session's ledger is not committed: its receipt is gone.
         if !running.abandoned {
-            self.state(scope).phase = Phase::Settling(Settle {
+            self.state(scope).settle(Settle {
                 slot,
                 session_id: session_id.to_string(),
                 window: running.window.clone(),
@@ -355,7 +346,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         let trigger = inputs.last().cloned();
         match self.config.retry.after_failure(streak, now) {
             AfterFailure::Retry { streak, first } => {
-                self.state(scope).phase = Phase::RetryWait { streak };
+                self.state(scope).wait_to_retry(streak);
                 self.record(Record::RestoreRetry {
                     scope: scope.label(),
                     method,

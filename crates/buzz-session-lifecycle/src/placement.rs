@@ -162,7 +162,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         if matches!(state.receipt.freshness, Freshness::Reading { .. }) {
             return false;
         }
-        match &state.phase {
+        match state.phase() {
             Phase::Idle => true,
             Phase::WaitingForResident { .. } => true,
             Phase::RetryWait { streak } => streak.next_at <= now,

@@ -18,7 +18,7 @@
 
 use crate::lifecycle::Lifecycle;
 use crate::outcome::TurnOutcome;
-use crate::phase::{Phase, Running};
+use crate::phase::Running;
 use crate::placement::{Placed, SlotView, Target};
 pub use crate::residents::{DisposeReason, Resident};
 use crate::scope::{Input, Scope};
@@ -60,10 +60,9 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     /// `scope` waits for its resident's busy worker `slot` (recorded once per wait).
     pub fn waiting_for_resident(&mut self, scope: &K, slot: usize) {
         let state = self.state(scope);
-        if matches!(state.phase, Phase::WaitingForResident { slot: waited } if waited == slot) {
+        if !state.wait_for_resident(slot) {
             return;
         }
-        state.phase = Phase::WaitingForResident { slot };
         self.record(Record::CapacityWait {
             scope: scope.label(),
             slot,
@@ -204,10 +203,8 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         if reason.worker_alive() {
             self.release(scope, resident.slot, &resident.session_id);
         }
-        if let Some(state) = self.scopes.get_mut(scope)
-            && let Phase::WaitingForResident { .. } = state.phase
-        {
-            state.phase = Phase::Idle;
+        if let Some(state) = self.scopes.get_mut(scope) {
+            state.stop_waiting_for_resident();
         }
     }
 

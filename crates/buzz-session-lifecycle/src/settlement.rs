@@ -34,7 +34,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     /// The reply to `scope`'s successful turn was published as event `reply_id`. It belongs to
     /// the session that wrote it and must never come back to it as context.
     pub fn replied(&mut self, scope: &K, reply_id: &str) {
-        if let Some(Phase::Settling(settle)) = self.scopes.get_mut(scope).map(|s| &mut s.phase) {
+        if let Some(settle) = self.scopes.get_mut(scope).and_then(|s| s.settling_mut()) {
             settle.reply = Some(reply_id.to_string());
         }
     }
@@ -43,7 +43,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     pub fn settling(&self) -> Vec<(K, usize)> {
         self.scopes
             .iter()
-            .filter_map(|(k, s)| match &s.phase {
+            .filter_map(|(k, s)| match s.phase() {
                 Phase::Settling(settle) => Some((k.clone(), settle.slot)),
                 _ => None,
             })
@@ -58,7 +58,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         let Some(state) = self.scopes.get_mut(scope) else {
             return;
         };
-        let Phase::Settling(settle) = std::mem::take(&mut state.phase) else {
+        let Some(settle) = state.finish_settling() else {
             return;
         };
         let delivered = delivered.filter(|d| d.session_id == settle.session_id);

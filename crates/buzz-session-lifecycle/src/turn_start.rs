@@ -10,7 +10,7 @@ use crate::clock::Moment;
 use crate::decision::NoticeCause;
 use crate::gate::AgentCaps;
 use crate::lifecycle::Lifecycle;
-use crate::phase::{Phase, Running};
+use crate::phase::Running;
 use crate::reach::{self, Live, NextSession, Plan, Reach, Situation};
 use crate::receipt_view::{Belief, Freshness};
 use crate::scope::{Input, Scope};
@@ -57,10 +57,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         let switch_models_in_place = self.has(Behaviour::ConfigInPlace);
         let delivery_persisted = self.has(Behaviour::DeltaContext);
         let state = self.state(scope);
-        let retry = match std::mem::take(&mut state.phase) {
-            Phase::RetryWait { streak } => Some(streak),
-            _ => None,
-        };
+        let retry = state.retry_streak();
         let live = live.map(|session_id| Live {
             current: state
                 .known
@@ -109,7 +106,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
         }
         let state = self.state(scope);
         state.receipt.consumed();
-        state.phase = Phase::Running(Box::new(Running {
+        state.begin_turn(Running {
             slot,
             plan: plan.clone(),
             inputs,
@@ -121,7 +118,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
             window: Vec::new(),
             said: None,
             retry,
-        }));
+        });
         if let Some(session_id) = plan.discard.clone() {
             self.release(scope, slot, &session_id);
         }
