@@ -184,6 +184,9 @@ impl<'ast> Visit<'ast> for Scanner<'_> {
         }
     }
 
+    /// `pub(super)`, `pub(in crate::x)`: who may see an item, not a reference to one.
+    fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
+
     fn visit_path(&mut self, p: &'ast syn::Path) {
         if p.leading_colon.is_none() {
             let segments: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
@@ -471,6 +474,22 @@ mod tests {
             ("c/src/b.rs", "pub fn f() {}\n"),
         ]);
         assert!(g.edges.is_empty(), "{:?}", g.edges);
+    }
+
+    #[test]
+    fn visibility_restrictions_are_not_references() {
+        let g = graph(&[
+            ("c/src/lib.rs", "pub mod p;\n"),
+            ("c/src/p.rs", "mod q;\npub fn f() { q::g(); }\n"),
+            (
+                "c/src/p/q.rs",
+                "pub(super) fn g() {}\npub(in crate::p) fn h() {}\n",
+            ),
+        ]);
+        assert_eq!(
+            g.edges,
+            BTreeMap::from([("p".to_owned(), BTreeSet::from(["p::q".to_owned()]))])
+        );
     }
 
     #[test]

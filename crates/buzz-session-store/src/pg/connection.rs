@@ -4,7 +4,7 @@
 //! The connection lives on a thread of its own, which runs `tokio-postgres` on a private
 //! current-thread runtime (the harness's runtime is never entered). A caller sends a [`Job`]
 //! and waits for its answer. Every job runs under a client-side deadline
-//! ([`PgOptions::call_timeout`]): when it passes (a frozen or unreachable server, whose kernel
+//! ([`PgOptions::call_timeout`](super::PgOptions::call_timeout)): when it passes (a frozen or unreachable server, whose kernel
 //! may still acknowledge every packet), the connection is dropped, the caller gets
 //! [`StoreError::Unavailable`] (a write may or may not have happened), and the next call connects
 //! afresh. A job whose caller has already given up is never started. So neither the caller nor
@@ -28,10 +28,9 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, Statement, Transaction};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::sql::Db;
-use super::{PgOptions, PgStore};
+use super::sql::{Db, pg_err};
 use crate::error::StoreError;
-use crate::key::{KeyScheme, StoreScope};
+use crate::key::StoreScope;
 use crate::pg_tls;
 use crate::schema::Access;
 
@@ -57,18 +56,35 @@ pub(super) struct Job {
     run: Work,
 }
 
-impl PgStore {
+/// The handle to the connection thread: where jobs go, and the thread to join when the store is
+/// dropped.
+pub(super) struct Connection {
+    /// Server and database without credentials, for errors.
+    target: String,
+    /// To the connection thread; `None` only while dropping.
+    jobs: Option<mpsc::Sender<Job>>,
+    worker: Option<thread::JoinHandle<()>>,
+}
+
+/// What the connection thread found when it opened the store.
+pub(super) struct Opened {
+    pub(super) connection: Connection,
+    /// Server and database without credentials, for logs and errors.
+    pub(super) target: String,
+    /// The schema revision the database is at.
+    pub(super) revision: i64,
+}
+
+impl Connection {
     /// Starts the connection thread and waits for it to open the store (connect, then
-    /// `Link::initialise`) within one call deadline. The thread then serves jobs until the
-    /// store is dropped.
+    /// `Link::initialise`) within `deadline`. The thread then serves jobs until the connection
+    /// is dropped.
     pub(super) fn start(
         url: &str,
-        scope: StoreScope,
-        scheme: KeyScheme,
-        max_receipts: usize,
+        scope: &StoreScope,
         access: Access,
-        options: PgOptions,
-    ) -> Result<Self, StoreError> {
+        deadline: Duration,
+    ) -> Result<Opened, StoreError> {
         let target_spec = pg_tls::parse_url(url)?;
         let tls = pg_tls::connector(&target_spec)?;
         let mut config = target_spec.config;
@@ -100,7 +116,6 @@ impl PgStore {
             revision: 0,
         };
         let thread_scope = scope.clone();
-        let deadline = options.call_timeout;
         let worker = thread::Builder::new()
             .name("buzz-receipts-pg".into())
             .spawn(move || {
@@ -140,19 +155,14 @@ impl PgStore {
             }
             Err(_) => return Err(unavailable(format!("no answer within {deadline:?}"))),
         };
-        if access == Access::ReadWrite {
-            tracing::info!(target = %target, relay = %scope.relay, scheme = ?scheme, max_receipts, revision = opening.revision, "session store opened (postgres)");
-        }
-        Ok(Self {
+        Ok(Opened {
+            connection: Connection {
+                target: target.clone(),
+                jobs: Some(jobs),
+                worker: Some(worker),
+            },
             target,
-            scope,
-            scheme,
-            max_receipts,
-            access,
             revision: opening.revision,
-            options,
-            jobs: Some(jobs),
-            worker: Some(worker),
         })
     }
 
@@ -205,22 +215,9 @@ impl PgStore {
             )),
         }
     }
-
-    /// A call that writes: `NotWritable(ReadOnly)` (via `refused`) on a read-only store.
-    pub(super) fn write_call<T: Send + 'static>(
-        &self,
-        op: &'static str,
-        refused: T,
-        work: impl AsyncFnOnce(&mut Link) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        match self.access {
-            Access::ReadOnly => Ok(refused),
-            Access::ReadWrite => self.call(op, self.options.call_timeout, work),
-        }
-    }
 }
 
-impl Drop for PgStore {
+impl Drop for Connection {
     fn drop(&mut self) {
         // Closing the job channel ends the thread after the job in progress (bounded by its
         // deadline); joining closes the connection cleanly.
@@ -368,19 +365,6 @@ impl Link {
             scope_id,
         };
         body(&mut db).await
-    }
-}
-
-/// Maps a PostgreSQL error of `op` on `target` (built in one place so every error names the
-/// server and the operation the same way).
-pub(super) fn pg_err<'a>(
-    target: &'a str,
-    op: &'static str,
-) -> impl Fn(tokio_postgres::Error) -> StoreError + 'a {
-    move |source| StoreError::Postgres {
-        target: target.to_owned(),
-        op,
-        source,
     }
 }
 

@@ -45,8 +45,6 @@ mod schema;
 mod sql;
 
 use std::fmt;
-use std::sync::mpsc;
-use std::thread;
 use std::time::Duration;
 
 use crate::error::StoreError;
@@ -59,7 +57,7 @@ use crate::record::SessionRecord;
 use crate::row::{self, CommitPlan, Row};
 use crate::schema::Access;
 
-use connection::{Job, Link};
+use connection::{Connection, Link};
 use import::import_rows;
 use sql::{SELECT_ALL, SELECT_ALL_R0, SELECT_ONE, SELECT_ONE_R0, read_row};
 
@@ -95,9 +93,8 @@ pub struct PgStore {
     access: Access,
     revision: i64,
     options: PgOptions,
-    /// To the connection thread; `None` only while dropping.
-    jobs: Option<mpsc::Sender<Job>>,
-    worker: Option<thread::JoinHandle<()>>,
+    /// The connection thread.
+    connection: Connection,
 }
 
 impl fmt::Debug for PgStore {
@@ -113,6 +110,54 @@ impl fmt::Debug for PgStore {
 }
 
 impl PgStore {
+    /// Starts the connection thread and opens the store within one call deadline.
+    fn start(
+        url: &str,
+        scope: StoreScope,
+        scheme: KeyScheme,
+        max_receipts: usize,
+        access: Access,
+        options: PgOptions,
+    ) -> Result<Self, StoreError> {
+        let opened = Connection::start(url, &scope, access, options.call_timeout)?;
+        if access == Access::ReadWrite {
+            tracing::info!(target = %opened.target, relay = %scope.relay, scheme = ?scheme, max_receipts, revision = opened.revision, "session store opened (postgres)");
+        }
+        Ok(Self {
+            target: opened.target,
+            scope,
+            scheme,
+            max_receipts,
+            access,
+            revision: opened.revision,
+            options,
+            connection: opened.connection,
+        })
+    }
+
+    /// Runs `work` on the connection thread within `deadline` and waits for its answer.
+    fn call<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        deadline: Duration,
+        work: impl AsyncFnOnce(&mut Link) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.connection.call(op, deadline, work)
+    }
+
+    /// A call that writes: `NotWritable(ReadOnly)` (via `refused`) on a read-only store.
+    fn write_call<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        refused: T,
+        work: impl AsyncFnOnce(&mut Link) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        match self.access {
+            Access::ReadOnly => Ok(refused),
+            Access::ReadWrite => self.call(op, self.options.call_timeout, work),
+        }
+    }
+
     /// Connects to the database at `url` (`postgres://…` or `postgresql://…`), creates or
     /// migrates the schema, and registers `scope`, with the default [`PgOptions`].
     ///

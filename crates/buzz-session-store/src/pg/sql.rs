@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{GenericClient, Statement};
 
-use super::connection::pg_err;
 use crate::error::StoreError;
 use crate::receipt_store::UnixMillis;
 use crate::row::{self, CommitColumns, LedgerColumns, Row, State};
@@ -313,4 +312,17 @@ pub(super) fn read_row(r: &tokio_postgres::Row) -> Result<Row, tokio_postgres::E
         last_used_ms: r.try_get(8)?,
         ext: r.try_get(9)?,
     })
+}
+
+/// Maps a PostgreSQL error of `op` on `target` (built in one place so every error names the
+/// server and the operation the same way).
+pub(super) fn pg_err<'a>(
+    target: &'a str,
+    op: &'static str,
+) -> impl Fn(tokio_postgres::Error) -> StoreError + 'a {
+    move |source| StoreError::Postgres {
+        target: target.to_owned(),
+        op,
+        source,
+    }
 }
