@@ -229,17 +229,4 @@ mod tests {
         again.post(Report::Stale);
         assert_eq!(mailbox.drain().len(), 2, "both post to the scope's mailbox");
     }
-
-    #[test]
-    fn plans_compare_by_what_they_decide() {
-        let hot = |report: Reporter| crate::Plan {
-            reach: crate::Reach::Hot {
-                session_id: "s1".into(),
-            },
-            report,
-            ..crate::Plan::default()
-        };
-        assert_eq!(hot(Reporter::default()), hot(Reporter::default()));
-        assert_ne!(hot(Reporter::default()), crate::Plan::default());
-    }
 }

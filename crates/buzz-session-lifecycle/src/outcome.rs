@@ -20,7 +20,9 @@ pub enum TurnOutcome {
     Replied {
         /// The session that answered.
         session_id: String,
-        /// The harness rotated the session after this turn (a limit was hit).
+        /// Upstream's turn limit rotated the session after this turn (see the glossary in
+        /// docs/ARCHITECTURE.md). With continuity the lifecycle retires sessions itself and the
+        /// glue's hook no longer rotates: always `false` there.
         rotated: bool,
     },
     /// The owner cancelled the turn; its input is dropped.

@@ -634,4 +634,18 @@ mod tests {
             json!({"channelId": "c2", "freshSession": true})
         );
     }
+
+    #[test]
+    fn plans_compare_by_what_they_decide() {
+        use crate::mailbox::Reporter;
+        let hot = |report: Reporter| Plan {
+            reach: Reach::Hot {
+                session_id: "s1".into(),
+            },
+            report,
+            ..Plan::default()
+        };
+        assert_eq!(hot(Reporter::default()), hot(Reporter::default()));
+        assert_ne!(hot(Reporter::default()), Plan::default());
+    }
 }
