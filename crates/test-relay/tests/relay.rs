@@ -73,14 +73,9 @@ async fn auth_round_trip() {
     client
         .subscribe("late", vec![Filter::new().kind(Kind::Custom(9))])
         .await;
-    loop {
-        match client.next().await {
-            RelayMessage::EndOfStoredEvents(id) => {
-                assert_eq!(id.as_str(), "late");
-                break;
-            }
-            other => panic!("unexpected {}", other.as_json()),
-        }
+    match client.next().await {
+        RelayMessage::EndOfStoredEvents(id) => assert_eq!(id.as_str(), "late"),
+        other => panic!("unexpected {}", other.as_json()),
     }
     client
         .send(nostr::ClientMessage::event(early.clone()))
