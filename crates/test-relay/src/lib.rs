@@ -24,7 +24,7 @@
 //! - [`config`]: settings and the typed faults (all off by default).
 //! - [`nip98`]: the REST authorization check and its replay guard.
 //! - [`rest`]: the REST routes and the NIP-11 document.
-//! - [`ingest`]: publishing a REST write through the builder's ingest path.
+//! - `ingest`: publishing a REST write through the builder's ingest path.
 //! - `link`: a websocket into the builder over an in-memory pipe.
 //! - `ws`: the websocket front between a client and its link.
 //! - [`server`]: the listener, the HTTP routing and the [`TestRelay`] handle.
@@ -32,7 +32,7 @@
 //! `docs/TEST-RELAY.md` says what it follows of the Buzz relay and where it differs.
 
 pub mod config;
-pub mod ingest;
+mod ingest;
 mod link;
 pub mod nip98;
 pub mod rest;

@@ -10,6 +10,7 @@
 //! * **`AUTH` checks the builder skips.** The answer must be kind 22242 with a `relay` tag
 //!   naming this relay (loopback spellings are one host, as in NIP-98); the builder then checks
 //!   the challenge, the signature and the time.
+//! * **Unreadable frames** get a `NOTICE` here (the builder would end the connection).
 //! * **Faults.** `refuse_auth` answers `AUTH` with `OK false`; `closed` answers the next `REQ`s
 //!   with `CLOSED`; `notice` follows the first challenge; `drop_connections_after` ends the
 //!   connection without a close frame.
@@ -148,8 +149,13 @@ fn from_client_text(shared: &Shared, relay_url: &str, text: &str) -> Step {
             }
             None => Step::Forward,
         },
-        // Everything else, unreadable frames included, is the builder's to answer.
-        _ => Step::Forward,
+        // The builder ends the whole connection on a frame it cannot parse; a relay answers
+        // with a NOTICE and carries on.
+        Err(e) => Step::Answer(
+            RelayMessage::notice(format!("invalid: unreadable message: {e}")).as_json(),
+        ),
+        // Everything else is the builder's to answer.
+        Ok(_) => Step::Forward,
     }
 }
 

@@ -85,6 +85,27 @@ async fn auth_round_trip() {
 }
 
 #[tokio::test]
+async fn pings_are_answered() {
+    let relay = start().await;
+    let mut client = WsClient::connect(&relay.ws_url()).await;
+    client.ping(b"keepalive").await;
+}
+
+#[tokio::test]
+async fn an_unreadable_frame_gets_a_notice_and_the_connection_lives_on() {
+    let relay = start().await;
+    let mut client = WsClient::connect(&relay.ws_url()).await;
+    let challenge = client.challenge().await;
+    client.send_raw("not a nostr message").await;
+    match client.next().await {
+        RelayMessage::Notice(message) => assert!(message.starts_with("invalid:"), "{message}"),
+        other => panic!("expected NOTICE, got {}", other.as_json()),
+    }
+    let (ok, message) = client.answer(&Keys::generate(), &challenge).await;
+    assert!(ok, "{message}");
+}
+
+#[tokio::test]
 async fn an_auth_answer_may_name_the_relay_as_localhost() {
     let relay = start().await;
     let keys = Keys::generate();

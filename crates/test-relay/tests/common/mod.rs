@@ -64,6 +64,11 @@ impl WsClient {
             .expect("send");
     }
 
+    /// Sends a text frame as it is.
+    pub async fn send_raw(&mut self, text: &str) {
+        self.socket.send(Message::text(text)).await.expect("send");
+    }
+
     /// The next relay message; panics when the socket ends first.
     pub async fn next(&mut self) -> RelayMessage<'static> {
         self.next_or_end().await.expect("a message, not the end")
@@ -81,6 +86,27 @@ impl WsClient {
                 }
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
                 Some(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// Sends a websocket ping and waits for its pong (skipping relay messages meanwhile).
+    pub async fn ping(&mut self, payload: &'static [u8]) {
+        self.socket
+            .send(Message::Ping(payload.into()))
+            .await
+            .expect("ping");
+        loop {
+            let frame = tokio::time::timeout(HANG_GUARD, self.socket.next())
+                .await
+                .expect("no hang");
+            match frame {
+                Some(Ok(Message::Pong(got))) => {
+                    assert_eq!(&got[..], payload);
+                    return;
+                }
+                Some(Ok(_)) => {}
+                other => panic!("socket ended before the pong: {other:?}"),
             }
         }
     }
