@@ -21,6 +21,7 @@ use nostr::{Keys, PublicKey, RelayUrl};
 use nostr_relay_builder::prelude::{MemoryDatabase, MemoryDatabaseOptions, NostrDatabase};
 use nostr_relay_builder::{LocalRelay, RelayBuilder, builder};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -71,14 +72,20 @@ pub(crate) struct Shared {
     pub relay_url: RelayUrl,
     pub faults: FaultState,
     pub nip98: Nip98Verifier,
+    /// Resolves `changed()` (with an error) once the [`TestRelay`] is dropped: every
+    /// connection task watches it and ends.
+    pub stopped: watch::Receiver<()>,
 }
 
-/// A running relay. Dropping it stops the listener and ends every connection.
+/// A running relay. Dropping it stops the listener and ends every connection (websocket
+/// clients get a close frame).
 #[derive(Debug)]
 pub struct TestRelay {
     addr: SocketAddr,
     shared: Arc<Shared>,
     accept: JoinHandle<()>,
+    /// Dropped with the relay, which tells every connection to end.
+    _stop: watch::Sender<()>,
 }
 
 impl TestRelay {
@@ -123,6 +130,7 @@ impl TestRelay {
                 .max_filter_limit(rest::MAX_LIMIT)
                 .default_filter_limit(rest::MAX_LIMIT),
         );
+        let (stop, stopped) = watch::channel(());
         let shared = Arc::new(Shared {
             relay,
             database,
@@ -130,6 +138,7 @@ impl TestRelay {
             relay_url,
             faults: FaultState::new(config.faults),
             nip98: Nip98Verifier::new(),
+            stopped,
         });
         let accept = tokio::spawn(accept_loop(listener, shared.clone()));
         tracing::info!(%addr, "buzz-test-relay listening");
@@ -137,6 +146,7 @@ impl TestRelay {
             addr,
             shared,
             accept,
+            _stop: stop,
         })
     }
 
@@ -174,7 +184,8 @@ impl TestRelay {
 impl Drop for TestRelay {
     fn drop(&mut self) {
         self.accept.abort();
-        // Ends every builder session, and with them every front and link.
+        // `_stop` is dropped next, which ends every connection task; this ends the builder's
+        // sessions as well (they also end when their link closes).
         self.shared.relay.shutdown();
     }
 }
@@ -189,17 +200,21 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             }
         };
         let shared = shared.clone();
+        let mut stopped = shared.stopped.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request| {
                 let shared = shared.clone();
                 async move { Ok::<_, Infallible>(route(shared, peer, request).await) }
             });
-            if let Err(e) = http1::Builder::new()
+            let connection = http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades()
-                .await
-            {
-                tracing::debug!(%peer, "connection: {e}");
+                .with_upgrades();
+            // A kept-alive REST connection would otherwise outlive the relay.
+            tokio::select! {
+                served = connection => if let Err(e) = served {
+                    tracing::debug!(%peer, "connection: {e}");
+                },
+                _ = stopped.changed() => {}
             }
         });
     }

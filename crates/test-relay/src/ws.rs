@@ -58,12 +58,13 @@ pub(crate) async fn serve(
         .drop_connections_after
         .map(|after| Instant::now() + after);
     let mut notice = faults.notice;
+    let mut stopped = shared.stopped.clone();
 
     let (mut to_client, mut from_client) = client.split();
     let (mut to_builder, mut from_builder) = builder.split();
     tracing::debug!(%peer, "websocket client connected");
 
-    loop {
+    let ending = loop {
         // What to send, and to whom, for the frame that arrived.
         let (client_out, builder_out): (Vec<Message>, Option<Message>) = tokio::select! {
             frame = from_client.next() => match frame {
@@ -75,10 +76,10 @@ pub(crate) async fn serve(
                 }
                 Some(Ok(Message::Binary(bytes))) => (Vec::new(), Some(Message::Binary(bytes))),
                 Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
-                Some(Ok(Message::Close(_))) | None => break,
+                Some(Ok(Message::Close(_))) | None => break Ending::ClientLeft,
                 Some(Err(e)) => {
                     tracing::debug!(%peer, "client socket failed: {e}");
-                    break;
+                    break Ending::Cut;
                 }
             },
             frame = from_builder.next() => match frame {
@@ -97,16 +98,17 @@ pub(crate) async fn serve(
                         _ => (vec![Message::Text(text)], None),
                     }
                 }
-                Some(Ok(Message::Close(_))) | None => break,
+                Some(Ok(Message::Close(_))) | None => break Ending::RelayLeft,
                 Some(Ok(_)) => continue,
                 Some(Err(e)) => {
                     tracing::debug!(%peer, "link into the relay failed: {e}");
-                    break;
+                    break Ending::RelayLeft;
                 }
             },
+            _ = stopped.changed() => break Ending::RelayLeft,
             () = sleep_until(deadline) => {
                 tracing::info!(%peer, "fault: dropping the websocket connection");
-                break;
+                break Ending::Cut;
             }
         };
         for message in client_out {
@@ -119,8 +121,28 @@ pub(crate) async fn serve(
         {
             return;
         }
+    };
+    match ending {
+        // Completes the closing handshake the client started (or, when the relay shut down,
+        // starts one); a close frame is a courtesy, so a failure is not reported.
+        Ending::ClientLeft | Ending::RelayLeft => {
+            let _ = to_client.close().await;
+        }
+        // Dropping the socket closes the TCP connection without a close frame.
+        Ending::Cut => {}
     }
-    tracing::debug!(%peer, "websocket client gone");
+    tracing::debug!(%peer, "websocket client gone: {ending:?}");
+}
+
+/// Why a client's connection ended.
+#[derive(Debug, Clone, Copy)]
+enum Ending {
+    /// The client sent a close frame or hung up.
+    ClientLeft,
+    /// The relay is shutting down (or the builder ended the session).
+    RelayLeft,
+    /// The socket failed, or the `drop_connections_after` fault cut it.
+    Cut,
 }
 
 /// What to do with a text frame from the client.

@@ -106,6 +106,19 @@ async fn an_unreadable_frame_gets_a_notice_and_the_connection_lives_on() {
 }
 
 #[tokio::test]
+async fn a_close_is_answered_and_a_stopped_relay_ends_its_connections() {
+    let relay = start().await;
+    let mut leaving = WsClient::connect(&relay.ws_url()).await;
+    leaving.challenge().await;
+    assert!(leaving.close().await, "the relay answers a close frame");
+
+    let mut staying = WsClient::connect(&relay.ws_url()).await;
+    staying.authenticate(&Keys::generate()).await;
+    drop(relay);
+    assert!(staying.next_or_end().await.is_none());
+}
+
+#[tokio::test]
 async fn an_auth_answer_may_name_the_relay_as_localhost() {
     let relay = start().await;
     let keys = Keys::generate();

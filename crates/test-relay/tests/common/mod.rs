@@ -64,6 +64,24 @@ impl WsClient {
             .expect("send");
     }
 
+    /// Starts the closing handshake; whether the relay answered with a close frame.
+    pub async fn close(&mut self) -> bool {
+        self.socket
+            .send(Message::Close(None))
+            .await
+            .expect("send close");
+        loop {
+            let frame = tokio::time::timeout(HANG_GUARD, self.socket.next())
+                .await
+                .expect("no hang");
+            match frame {
+                Some(Ok(Message::Close(_))) => return true,
+                Some(Ok(_)) => {}
+                None | Some(Err(_)) => return false,
+            }
+        }
+    }
+
     /// Sends a text frame as it is.
     pub async fn send_raw(&mut self, text: &str) {
         self.socket.send(Message::text(text)).await.expect("send");
