@@ -27,6 +27,7 @@
 //! - `ingest`: publishing a REST write through the builder's ingest path.
 //! - `link`: a websocket into the builder over an in-memory pipe.
 //! - `ws`: the websocket front between a client and its link.
+//! - `state`: what every connection of a relay shares.
 //! - [`server`]: the listener, the HTTP routing and the [`TestRelay`] handle.
 //!
 //! `docs/TEST-RELAY.md` says what it follows of the Buzz relay and where it differs.
@@ -37,6 +38,7 @@ mod link;
 pub mod nip98;
 pub mod rest;
 pub mod server;
+mod state;
 mod ws;
 
 pub use config::{ClosedFault, Faults, RelayConfig, RestFailure, RestFailureKind};

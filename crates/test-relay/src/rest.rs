@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use crate::config::RestFailureKind;
 use crate::ingest::{self, Verdict};
 use crate::nip98::HttpRequest;
-use crate::server::Shared;
+use crate::state::Shared;
 
 /// Every event a query can return at most per filter (the Buzz relay's `max_limit`).
 pub const MAX_LIMIT: usize = 10_000;

@@ -30,6 +30,7 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 use crate::config::{FaultState, Faults, RelayConfig};
 use crate::nip98::Nip98Verifier;
 use crate::rest::{self, Post, Reply, Route};
+use crate::state::Shared;
 use crate::ws;
 
 /// The largest request body served (the Buzz relay's events are far smaller).
@@ -57,24 +58,6 @@ pub enum RelayError {
         /// Why.
         reason: String,
     },
-}
-
-/// What every connection shares.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    /// The builder's relay: subscriptions, NIP-42 challenges, ingest.
-    pub relay: LocalRelay,
-    /// Its store, read directly by `/query` and `/count`.
-    pub database: Arc<dyn NostrDatabase>,
-    /// The relay's own key.
-    pub keys: Keys,
-    /// `ws://127.0.0.1:PORT`.
-    pub relay_url: RelayUrl,
-    pub faults: FaultState,
-    pub nip98: Nip98Verifier,
-    /// Resolves `changed()` (with an error) once the [`TestRelay`] is dropped: every
-    /// connection task watches it and ends.
-    pub stopped: watch::Receiver<()>,
 }
 
 /// A running relay. Dropping it stops the listener and ends every connection (websocket

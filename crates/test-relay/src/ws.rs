@@ -32,7 +32,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::link::{self, CHALLENGE_SUBSCRIPTION};
 use crate::nip98::same_url;
-use crate::server::Shared;
+use crate::state::Shared;
 
 /// A client's websocket, as hyper upgraded it.
 pub(crate) type ClientSocket = WebSocketStream<TokioIo<Upgraded>>;
