@@ -1,0 +1,199 @@
+//! How a relay is set up: its port, its own key, and the faults it injects.
+//!
+//! Every fault is off by default. The ones that fire "for the next K" (REST failures, `CLOSED`
+//! answers) count down in [`FaultState`], which every connection shares, so K is counted across
+//! the whole relay, not per connection. A running relay's faults can be replaced at any time
+//! ([`crate::TestRelay::set_faults`]); the counters then start again from the new values.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use nostr::Keys;
+
+/// The relay's settings.
+#[derive(Debug, Clone, Default)]
+pub struct RelayConfig {
+    /// Port on 127.0.0.1; 0 lets the operating system pick a free one.
+    pub port: u16,
+    /// The relay's own key: published as `pubkey` and `self` in NIP-11, and used to
+    /// authenticate the relay's internal connection that carries REST writes. A fresh one when
+    /// `None`.
+    pub keys: Option<Keys>,
+    /// Faults to inject (all off by default).
+    pub faults: Faults,
+}
+
+impl RelayConfig {
+    /// Listen on this port (0 = any free one).
+    #[must_use]
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Use this key for the relay itself.
+    #[must_use]
+    pub fn keys(mut self, keys: Keys) -> Self {
+        self.keys = Some(keys);
+        self
+    }
+
+    /// Inject these faults.
+    #[must_use]
+    pub fn faults(mut self, faults: Faults) -> Self {
+        self.faults = faults;
+        self
+    }
+}
+
+/// Faults a test can ask for. Each is off by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Answer every `AUTH` with `OK false` (`restricted: …`), so no client ever authenticates
+    /// and every read or write stays refused.
+    pub refuse_auth: bool,
+    /// Cut every websocket connection this long after it opened, without a close frame (what
+    /// a crashed or restarted relay looks like to the client).
+    pub drop_connections_after: Option<Duration>,
+    /// Answer the next REST requests (`POST` routes) with an error status instead of serving them.
+    pub rest_failure: Option<RestFailure>,
+    /// Send this `NOTICE` to every websocket client right after its `AUTH` challenge.
+    pub notice: Option<String>,
+    /// Answer the next `REQ`s with `CLOSED` and this reason instead of serving them.
+    pub closed: Option<ClosedFault>,
+}
+
+/// "Fail the next `count` REST requests like this."
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestFailure {
+    /// How they fail.
+    pub kind: RestFailureKind,
+    /// How many requests fail before the relay serves again.
+    pub count: u32,
+}
+
+/// The two ways the Buzz relay's REST bridge turns a request away before serving it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestFailureKind {
+    /// 429 `{"error":"rate-limited: quota exceeded; retry in Ns"}` with `Retry-After: N`.
+    RateLimited {
+        /// The `N` in the message and the header, in whole seconds.
+        retry_after_secs: u64,
+    },
+    /// 503 `{"error":"unavailable: …"}` (the Buzz relay's answer when its limiter is down).
+    Unavailable,
+}
+
+/// "Answer the next `count` `REQ`s with `CLOSED` and `reason`."
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedFault {
+    /// The `CLOSED` message, e.g. `restricted: not a channel member`.
+    pub reason: String,
+    /// How many `REQ`s are closed before the relay serves them again.
+    pub count: u32,
+}
+
+/// The faults of a running relay, shared by every connection.
+#[derive(Debug, Default)]
+pub(crate) struct FaultState {
+    /// A std mutex: held for a read or a decrement, never across an await.
+    faults: Mutex<Faults>,
+}
+
+impl FaultState {
+    pub(crate) fn new(faults: Faults) -> Self {
+        Self {
+            faults: Mutex::new(faults),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Faults> {
+        self.faults.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A copy of the current faults (for what a connection reads once, when it opens).
+    pub(crate) fn snapshot(&self) -> Faults {
+        self.lock().clone()
+    }
+
+    pub(crate) fn replace(&self, faults: Faults) {
+        *self.lock() = faults;
+    }
+
+    /// Whether `AUTH` is refused right now.
+    pub(crate) fn refuse_auth(&self) -> bool {
+        self.lock().refuse_auth
+    }
+
+    /// Takes one REST failure off the counter, if one is armed.
+    pub(crate) fn take_rest_failure(&self) -> Option<RestFailureKind> {
+        let mut faults = self.lock();
+        let failure = faults.rest_failure.as_mut()?;
+        let kind = failure.kind;
+        failure.count = failure.count.saturating_sub(1);
+        if failure.count == 0 {
+            faults.rest_failure = None;
+        }
+        Some(kind)
+    }
+
+    /// Takes one `CLOSED` answer off the counter, if one is armed; its reason.
+    pub(crate) fn take_closed(&self) -> Option<String> {
+        let mut faults = self.lock();
+        let closed = faults.closed.as_mut()?;
+        let reason = closed.reason.clone();
+        closed.count = closed.count.saturating_sub(1);
+        if closed.count == 0 {
+            faults.closed = None;
+        }
+        Some(reason)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_run_out() {
+        let state = FaultState::new(Faults {
+            rest_failure: Some(RestFailure {
+                kind: RestFailureKind::Unavailable,
+                count: 2,
+            }),
+            closed: Some(ClosedFault {
+                reason: "rate-limited: slow down".into(),
+                count: 1,
+            }),
+            ..Faults::default()
+        });
+        assert_eq!(
+            state.take_rest_failure(),
+            Some(RestFailureKind::Unavailable)
+        );
+        assert_eq!(
+            state.take_rest_failure(),
+            Some(RestFailureKind::Unavailable)
+        );
+        assert_eq!(state.take_rest_failure(), None);
+        assert_eq!(
+            state.take_closed().as_deref(),
+            Some("rate-limited: slow down")
+        );
+        assert_eq!(state.take_closed(), None);
+    }
+
+    #[test]
+    fn a_zero_count_fires_once_at_most() {
+        // A count of 0 is read as "one": the fault was asked for, so it is not silently a no-op.
+        let state = FaultState::new(Faults {
+            closed: Some(ClosedFault {
+                reason: "x".into(),
+                count: 0,
+            }),
+            ..Faults::default()
+        });
+        assert!(state.take_closed().is_some());
+        assert!(state.take_closed().is_none());
+    }
+}

@@ -1,0 +1,353 @@
+//! The server: one TCP port on 127.0.0.1 for the websocket and the REST routes.
+//!
+//! Each accepted connection is served by hyper (HTTP/1.1, upgrades on). A `GET /` that asks for
+//! a websocket upgrade is answered `101` and its upgraded stream goes to the [`ws`](crate::ws)
+//! front; `GET /` with `Accept: application/nostr+json` and `GET /info` get the NIP-11
+//! document; the `POST` routes go to [`rest`](crate::rest). Behind all of them sits one
+//! nostr-relay-builder `LocalRelay` with one in-memory store.
+
+use std::convert::Infallible;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use nostr::{Keys, PublicKey, RelayUrl};
+use nostr_relay_builder::prelude::{MemoryDatabase, MemoryDatabaseOptions, NostrDatabase};
+use nostr_relay_builder::{LocalRelay, RelayBuilder, builder};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+
+use crate::config::{FaultState, Faults, RelayConfig};
+use crate::nip98::Nip98Verifier;
+use crate::rest::{self, Post, Reply, Route};
+use crate::state::Shared;
+use crate::ws;
+
+/// The largest request body served (the Buzz relay's events are far smaller).
+const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// Why the relay could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// Binding the port failed.
+    #[error("binding 127.0.0.1:{port}: {source}")]
+    Bind {
+        /// The port asked for (0 = any).
+        port: u16,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The bound address could not be read back.
+    #[error("reading the bound address: {0}")]
+    LocalAddr(std::io::Error),
+    /// The relay's own URL did not parse (it always should).
+    #[error("relay URL {url}: {reason}")]
+    Url {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A running relay. Dropping it stops the listener and ends every connection (websocket
+/// clients get a close frame).
+#[derive(Debug)]
+pub struct TestRelay {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: JoinHandle<()>,
+    /// Dropped with the relay, which tells every connection to end.
+    _stop: watch::Sender<()>,
+}
+
+impl TestRelay {
+    /// Binds `127.0.0.1:config.port` and starts serving.
+    ///
+    /// # Errors
+    ///
+    /// [`RelayError`] when the port cannot be bound.
+    pub async fn start(config: RelayConfig) -> Result<Self, RelayError> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, config.port))
+            .await
+            .map_err(|source| RelayError::Bind {
+                port: config.port,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(RelayError::LocalAddr)?;
+        let url = format!("ws://{addr}");
+        let relay_url = RelayUrl::parse(&url).map_err(|e| RelayError::Url {
+            url,
+            reason: e.to_string(),
+        })?;
+
+        let database: Arc<dyn NostrDatabase> =
+            Arc::new(MemoryDatabase::with_opts(MemoryDatabaseOptions {
+                events: true,
+                max_events: None,
+            }));
+        // The builder never listens itself (`run` is not called): connections come from our
+        // listener through `take_connection`. NIP-42 is required for reads and writes, as on
+        // the Buzz relay; the limits follow its NIP-11 document.
+        let relay = LocalRelay::new(
+            RelayBuilder::default()
+                .database(database.clone())
+                .nip42(builder::RelayBuilderNip42 {
+                    mode: builder::RelayBuilderNip42Mode::Both,
+                })
+                .rate_limit(builder::RateLimit {
+                    max_reqs: rest::MAX_SUBSCRIPTIONS as usize,
+                    notes_per_minute: 1_000_000,
+                })
+                .max_subid_length(rest::MAX_SUBID_LENGTH as usize)
+                .max_filter_limit(rest::MAX_LIMIT)
+                .default_filter_limit(rest::MAX_LIMIT),
+        );
+        let (stop, stopped) = watch::channel(());
+        let shared = Arc::new(Shared {
+            relay,
+            database,
+            keys: config.keys.unwrap_or_else(Keys::generate),
+            relay_url,
+            faults: FaultState::new(config.faults),
+            nip98: Nip98Verifier::new(),
+            stopped,
+        });
+        let accept = tokio::spawn(accept_loop(listener, shared.clone()));
+        tracing::info!(%addr, "buzz-test-relay listening");
+        Ok(Self {
+            addr,
+            shared,
+            accept,
+            _stop: stop,
+        })
+    }
+
+    /// The bound address.
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `ws://127.0.0.1:PORT`
+    #[must_use]
+    pub fn ws_url(&self) -> String {
+        format!("ws://{}", self.addr)
+    }
+
+    /// `http://127.0.0.1:PORT` (the REST base URL)
+    #[must_use]
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The relay's own public key (NIP-11 `pubkey` and `self`).
+    #[must_use]
+    pub fn public_key(&self) -> PublicKey {
+        self.shared.keys.public_key()
+    }
+
+    /// Replaces the faults; counters start again from the new values. Connections already
+    /// open keep the `notice` and `drop_connections_after` they opened with.
+    pub fn set_faults(&self, faults: Faults) {
+        self.shared.faults.replace(faults);
+    }
+}
+
+impl Drop for TestRelay {
+    fn drop(&mut self) {
+        self.accept.abort();
+        // `_stop` is dropped next, which ends every connection task; this ends the builder's
+        // sessions as well (they also end when their link closes).
+        self.shared.relay.shutdown();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!("accept: {e}");
+                continue;
+            }
+        };
+        let shared = shared.clone();
+        let mut stopped = shared.stopped.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request| {
+                let shared = shared.clone();
+                async move { Ok::<_, Infallible>(route(shared, peer, request).await) }
+            });
+            let connection = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
+            // A kept-alive REST connection would otherwise outlive the relay.
+            tokio::select! {
+                served = connection => if let Err(e) = served {
+                    tracing::debug!(%peer, "connection: {e}");
+                },
+                _ = stopped.changed() => {}
+            }
+        });
+    }
+}
+
+type HttpResponse = Response<Full<Bytes>>;
+
+async fn route(shared: Arc<Shared>, peer: SocketAddr, request: Request<Incoming>) -> HttpResponse {
+    let path = request.uri().path().to_owned();
+    let method = request.method().clone();
+    if method == Method::GET && path == "/" && is_websocket_upgrade(&request) {
+        return upgrade(shared, peer, request);
+    }
+    if method == Method::GET && (path == "/info" || (path == "/" && wants_nip11(&request))) {
+        let mut response = json_response(&Reply {
+            status: StatusCode::OK,
+            body: serde_json::json!(rest::info(&shared)),
+            retry_after_secs: None,
+        });
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/nostr+json"),
+        );
+        return response;
+    }
+    if method == Method::GET && path == "/" {
+        return text_response(
+            StatusCode::OK,
+            "buzz-test-relay: connect with a websocket, or see /info\n",
+        );
+    }
+    let Some(route) = Route::from_path(&path) else {
+        return json_response(&Reply::error(StatusCode::NOT_FOUND, "not found"));
+    };
+    if method != Method::POST {
+        return json_response(&Reply::error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed",
+        ));
+    }
+    // The URL the client addressed: what its NIP-98 `u` tag must name.
+    let host = header_text(&request, header::HOST).unwrap_or_default();
+    let url = format!("http://{host}{path}");
+    let authorization = header_text(&request, header::AUTHORIZATION);
+    let body = match Limited::new(request.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(body) => body.to_bytes(),
+        Err(e) => {
+            return json_response(&Reply::error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("body: {e}"),
+            ));
+        }
+    };
+    let reply = rest::post(
+        &shared,
+        Post {
+            route,
+            url: &url,
+            authorization: authorization.as_deref(),
+            body: &body,
+            peer,
+        },
+    )
+    .await;
+    json_response(&reply)
+}
+
+/// Answers `101 Switching Protocols` and hands the upgraded stream to the websocket front.
+fn upgrade(shared: Arc<Shared>, peer: SocketAddr, mut request: Request<Incoming>) -> HttpResponse {
+    let Some(key) = request.headers().get(header::SEC_WEBSOCKET_KEY) else {
+        return json_response(&Reply::error(
+            StatusCode::BAD_REQUEST,
+            "missing Sec-WebSocket-Key",
+        ));
+    };
+    let accept = derive_accept_key(key.as_bytes());
+    let host = header_text(&request, header::HOST).unwrap_or_else(|| peer.to_string());
+    let relay_url = format!("ws://{host}");
+    let on_upgrade = hyper::upgrade::on(&mut request);
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let socket =
+                    WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None)
+                        .await;
+                ws::serve(socket, shared, peer, relay_url).await;
+            }
+            Err(e) => tracing::warn!(%peer, "websocket upgrade: {e}"),
+        }
+    });
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let headers = response.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    if let Ok(accept) = HeaderValue::from_str(&accept) {
+        headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    }
+    response
+}
+
+fn is_websocket_upgrade(request: &Request<Incoming>) -> bool {
+    let has_token = |name: header::HeaderName, token: &str| {
+        request
+            .headers()
+            .get_all(name)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .any(|part| part.trim().eq_ignore_ascii_case(token))
+    };
+    has_token(header::CONNECTION, "upgrade") && has_token(header::UPGRADE, "websocket")
+}
+
+fn wants_nip11(request: &Request<Incoming>) -> bool {
+    header_text(request, header::ACCEPT)
+        .is_some_and(|accept| accept.contains("application/nostr+json"))
+}
+
+fn header_text(request: &Request<Incoming>, name: header::HeaderName) -> Option<String> {
+    request
+        .headers()
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+}
+
+fn json_response(reply: &Reply) -> HttpResponse {
+    let mut response = Response::new(Full::new(Bytes::from(reply.body.to_string())));
+    *response.status_mut() = reply.status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(secs) = reply.retry_after_secs {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
+}
+
+fn text_response(status: StatusCode, text: &'static str) -> HttpResponse {
+    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
