@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 
 use hyper::StatusCode;
-use nostr::{Event, Filter, JsonUtil as _, Kind, Timestamp};
+use nostr::{Event, EventId, Filter, JsonUtil as _, Kind, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -192,13 +192,46 @@ async fn publish(shared: &Shared, peer: SocketAddr, event: Event) -> Reply {
     }
 }
 
-/// A `/query` or `/count` body: a JSON array of filters.
-fn parse_filters(body: &[u8]) -> Result<Vec<Filter>, Reply> {
-    serde_json::from_slice::<Vec<Filter>>(body)
-        .map_err(|e| Reply::error(StatusCode::BAD_REQUEST, format!("invalid filters: {e}")))
+/// One filter of a `/query` or `/count` body, with the bridge's paging cursor: `before_id` (with
+/// `until`) asks for the events after the one it names, in the answer's order (older, or as old
+/// with a greater id), so a client pages backwards through a channel.
+struct Paged {
+    filter: Filter,
+    before_id: Option<EventId>,
 }
 
-async fn query(shared: &Shared, filters: Vec<Filter>) -> Reply {
+/// A `/query` or `/count` body: a JSON array of filters, each possibly with `before_id`.
+fn parse_filters(body: &[u8]) -> Result<Vec<Paged>, Reply> {
+    let invalid =
+        |why: String| Reply::error(StatusCode::BAD_REQUEST, format!("invalid filters: {why}"));
+    let objects = serde_json::from_slice::<Vec<serde_json::Map<String, serde_json::Value>>>(body)
+        .map_err(|e| invalid(e.to_string()))?;
+    objects
+        .into_iter()
+        .map(|mut object| {
+            let before_id = match object.remove("before_id") {
+                None => None,
+                Some(serde_json::Value::String(hex)) if is_event_id(&hex) => {
+                    Some(EventId::from_hex(&hex).map_err(|e| invalid(format!("before_id: {e}")))?)
+                }
+                Some(_) => return Err(invalid("before_id must be 64 hex characters".into())),
+            };
+            let filter: Filter = serde_json::from_value(serde_json::Value::Object(object))
+                .map_err(|e| invalid(e.to_string()))?;
+            if before_id.is_some() && filter.until.is_none() {
+                return Err(invalid("before_id needs until".into()));
+            }
+            Ok(Paged { filter, before_id })
+        })
+        .collect()
+}
+
+/// 64 lowercase hex characters, as event ids are written.
+fn is_event_id(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+async fn query(shared: &Shared, filters: Vec<Paged>) -> Reply {
     let mut events: Vec<Event> = Vec::new();
     for filter in filters {
         match matching(shared, filter).await {
@@ -209,7 +242,7 @@ async fn query(shared: &Shared, filters: Vec<Filter>) -> Reply {
     Reply::ok(json!(events))
 }
 
-async fn count(shared: &Shared, filters: Vec<Filter>) -> Reply {
+async fn count(shared: &Shared, filters: Vec<Paged>) -> Reply {
     let mut ids = HashSet::new();
     for filter in filters {
         match matching(shared, filter).await {
@@ -221,14 +254,25 @@ async fn count(shared: &Shared, filters: Vec<Filter>) -> Reply {
 }
 
 /// One filter's hits from the store, newest first (`Event`'s order: `created_at` descending,
-/// then id ascending), at most `limit` (capped at [`MAX_LIMIT`]).
-async fn matching(shared: &Shared, mut filter: Filter) -> Result<Vec<Event>, Reply> {
+/// then id ascending), after its cursor if it has one, at most `limit` (capped at
+/// [`MAX_LIMIT`]).
+async fn matching(shared: &Shared, paged: Paged) -> Result<Vec<Event>, Reply> {
+    let Paged {
+        mut filter,
+        before_id,
+    } = paged;
     let limit = filter.limit.map_or(MAX_LIMIT, |l| l.min(MAX_LIMIT));
-    filter.limit = Some(limit);
+    let cursor = before_id.zip(filter.until);
+    // With a cursor the events of its second that come before it are dropped after the query,
+    // so the store is not asked to cut at `limit` first.
+    filter.limit = cursor.is_none().then_some(limit);
     match shared.database.query(filter).await {
         Ok(found) => {
             let mut events = found.to_vec();
             events.sort();
+            if let Some((id, until)) = cursor {
+                events.retain(|e| e.created_at < until || (e.created_at == until && e.id > id));
+            }
             events.truncate(limit);
             Ok(events)
         }

@@ -507,3 +507,79 @@ async fn info_is_nip11() {
         assert_eq!(info.pubkey, relay.public_key().to_hex());
     }
 }
+
+#[tokio::test]
+async fn query_pages_backwards_with_until_and_before_id() {
+    let relay = start().await;
+    let keys = Keys::generate();
+    let base = Timestamp::now().as_secs() - 100;
+    // Three events share one second, so a page boundary falls inside it.
+    let events = [
+        chat(&keys, CHANNEL, &[], "newest", base + 30),
+        chat(&keys, CHANNEL, &[], "same second 1", base + 20),
+        chat(&keys, CHANNEL, &[], "same second 2", base + 20),
+        chat(&keys, CHANNEL, &[], "same second 3", base + 20),
+        chat(&keys, CHANNEL, &[], "oldest", base + 10),
+    ];
+    for event in &events {
+        publish(&relay, &keys, event).await;
+    }
+    let ids_of = |answer: &common::Answer| -> Vec<String> {
+        answer
+            .body
+            .as_array()
+            .expect("a bare array")
+            .iter()
+            .map(|e| e["id"].as_str().expect("id").to_string())
+            .collect()
+    };
+    let all = post(
+        &relay,
+        &keys,
+        "/query",
+        json!([{"kinds": [9], "#h": [CHANNEL]}])
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    let everything = ids_of(&all);
+    assert_eq!(everything.len(), 5);
+
+    // Pages of two, each after the last event of the one before.
+    let mut paged: Vec<String> = Vec::new();
+    let mut page = json!([{"kinds": [9], "#h": [CHANNEL], "limit": 2}]);
+    loop {
+        let answer = post(&relay, &keys, "/query", page.to_string().as_bytes()).await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        let ids = ids_of(&answer);
+        let Some(last) = answer.body.as_array().and_then(|a| a.last()).cloned() else {
+            break;
+        };
+        paged.extend(ids);
+        page = json!([{
+            "kinds": [9], "#h": [CHANNEL], "limit": 2,
+            "until": last["created_at"], "before_id": last["id"],
+        }]);
+        assert!(paged.len() <= 5, "pages end: {paged:?}");
+    }
+    assert_eq!(
+        paged, everything,
+        "the pages, in order, are the whole answer"
+    );
+
+    // A cursor needs `until`, and an id of 64 hex characters.
+    for bad in [
+        json!([{"kinds": [9], "before_id": everything[0]}]),
+        json!([{"kinds": [9], "until": base + 20, "before_id": "not-an-id"}]),
+    ] {
+        let answer = post(&relay, &keys, "/query", bad.to_string().as_bytes()).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{bad}");
+        assert!(
+            answer.body["error"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("invalid filters: before_id")),
+            "{}",
+            answer.body
+        );
+    }
+}
