@@ -21,7 +21,7 @@ use nostr::{Keys, PublicKey, RelayUrl};
 use nostr_relay_builder::prelude::{MemoryDatabase, MemoryDatabaseOptions, NostrDatabase};
 use nostr_relay_builder::{LocalRelay, RelayBuilder, builder};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -122,6 +122,7 @@ impl TestRelay {
             faults: FaultState::new(config.faults),
             nip98: Nip98Verifier::new(),
             stopped,
+            closing: broadcast::channel(16).0,
         });
         let accept = tokio::spawn(accept_loop(listener, shared.clone()));
         tracing::info!(%addr, "buzz-test-relay listening");
@@ -161,6 +162,13 @@ impl TestRelay {
     /// open keep the `notice` and `drop_connections_after` they opened with.
     pub fn set_faults(&self, faults: Faults) {
         self.shared.faults.replace(faults);
+    }
+
+    /// Closes every live subscription of every open connection now: each client gets `CLOSED`
+    /// with `reason` for each of its subscriptions, and they end (the connections stay). Returns
+    /// how many connections were told.
+    pub fn close_subscriptions(&self, reason: &str) -> usize {
+        self.shared.closing.send(reason.to_string()).unwrap_or(0)
     }
 }
 

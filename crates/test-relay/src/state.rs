@@ -6,7 +6,7 @@ use std::sync::Arc;
 use nostr::{Keys, RelayUrl};
 use nostr_relay_builder::LocalRelay;
 use nostr_relay_builder::prelude::NostrDatabase;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use crate::config::FaultState;
 use crate::nip98::Nip98Verifier;
@@ -28,4 +28,7 @@ pub(crate) struct Shared {
     /// Resolves `changed()` (with an error) once the [`TestRelay`](crate::TestRelay) is dropped: every
     /// connection task watches it and ends.
     pub stopped: watch::Receiver<()>,
+    /// [`TestRelay::close_subscriptions`](crate::TestRelay::close_subscriptions): a reason
+    /// sent here closes every live subscription of every connection with it.
+    pub closing: broadcast::Sender<String>,
 }

@@ -13,19 +13,23 @@
 //! * **Unreadable frames** get a `NOTICE` here (the builder would end the connection).
 //! * **Faults.** `refuse_auth` answers `AUTH` with `OK false`; `closed` answers the next `REQ`s
 //!   with `CLOSED`; `notice` follows the first challenge; `drop_connections_after` ends the
-//!   connection without a close frame.
+//!   connection without a close frame; [`TestRelay::close_subscriptions`](crate::TestRelay::close_subscriptions)
+//!   ends the subscriptions that are live (the front keeps their ids for this) with `CLOSED`
+//!   to the client and `CLOSE` to the builder.
 //!
 //! Every other frame (`EVENT`, `REQ`, `CLOSE`, `COUNT`, and everything the builder sends) passes
 //! through unchanged. Pings are answered by the websocket layer itself.
 
 use std::borrow::Cow;
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use futures::{SinkExt as _, StreamExt as _};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
-use nostr::{ClientMessage, Event, JsonUtil as _, Kind, RelayMessage};
+use nostr::{ClientMessage, Event, JsonUtil as _, Kind, RelayMessage, SubscriptionId};
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -59,6 +63,9 @@ pub(crate) async fn serve(
         .map(|after| Instant::now() + after);
     let mut notice = faults.notice;
     let mut stopped = shared.stopped.clone();
+    let mut closing = shared.closing.subscribe();
+    // The client's subscriptions the builder serves now (for `close_subscriptions`).
+    let mut live: BTreeSet<SubscriptionId> = BTreeSet::new();
 
     let (mut to_client, mut from_client) = client.split();
     let (mut to_builder, mut from_builder) = builder.split();
@@ -66,15 +73,22 @@ pub(crate) async fn serve(
 
     let ending = loop {
         // What to send, and to whom, for the frame that arrived.
-        let (client_out, builder_out): (Vec<Message>, Option<Message>) = tokio::select! {
+        let (client_out, builder_out): (Vec<Message>, Vec<Message>) = tokio::select! {
             frame = from_client.next() => match frame {
                 Some(Ok(Message::Text(text))) => {
                     match from_client_text(&shared, &relay_url, text.as_str()) {
-                        Step::Forward => (Vec::new(), Some(Message::Text(text))),
-                        Step::Answer(answer) => (vec![Message::text(answer)], None),
+                        Step::Forward(change) => {
+                            match change {
+                                Some(Live::Opened(id)) => { live.insert(id); }
+                                Some(Live::Closed(id)) => { live.remove(&id); }
+                                None => {}
+                            }
+                            (Vec::new(), vec![Message::Text(text)])
+                        }
+                        Step::Answer(answer) => (vec![Message::text(answer)], Vec::new()),
                     }
                 }
-                Some(Ok(Message::Binary(bytes))) => (Vec::new(), Some(Message::Binary(bytes))),
+                Some(Ok(Message::Binary(bytes))) => (Vec::new(), vec![Message::Binary(bytes)]),
                 Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
                 Some(Ok(Message::Close(_))) | None => break Ending::ClientLeft,
                 Some(Err(e)) => {
@@ -87,15 +101,19 @@ pub(crate) async fn serve(
                     match RelayMessage::from_json(text.as_str()) {
                         Ok(RelayMessage::Closed { subscription_id, .. })
                             if subscription_id.as_str() == CHALLENGE_SUBSCRIPTION => continue,
+                        Ok(RelayMessage::Closed { subscription_id, .. }) => {
+                            live.remove(subscription_id.as_ref());
+                            (vec![Message::Text(text)], Vec::new())
+                        }
                         Ok(RelayMessage::Auth { .. }) => {
                             let mut out = vec![Message::Text(text)];
                             if let Some(notice) = notice.take() {
                                 tracing::info!(%peer, "fault: NOTICE {notice:?}");
                                 out.push(Message::text(RelayMessage::notice(notice).as_json()));
                             }
-                            (out, None)
+                            (out, Vec::new())
                         }
-                        _ => (vec![Message::Text(text)], None),
+                        _ => (vec![Message::Text(text)], Vec::new()),
                     }
                 }
                 Some(Ok(Message::Close(_))) | None => break Ending::RelayLeft,
@@ -104,6 +122,26 @@ pub(crate) async fn serve(
                     tracing::debug!(%peer, "link into the relay failed: {e}");
                     break Ending::RelayLeft;
                 }
+            },
+            reason = closing.recv() => match reason {
+                Ok(reason) => {
+                    tracing::info!(%peer, subscriptions = live.len(), "fault: CLOSED {reason:?}");
+                    std::mem::take(&mut live)
+                        .into_iter()
+                        .map(|id| {
+                            let to_client = RelayMessage::Closed {
+                                subscription_id: Cow::Owned(id.clone()),
+                                message: Cow::Owned(reason.clone()),
+                            };
+                            (
+                                Message::text(to_client.as_json()),
+                                Message::text(ClientMessage::close(id).as_json()),
+                            )
+                        })
+                        .unzip()
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => break Ending::RelayLeft,
             },
             _ = stopped.changed() => break Ending::RelayLeft,
             () = sleep_until(deadline) => {
@@ -116,10 +154,10 @@ pub(crate) async fn serve(
                 return;
             }
         }
-        if let Some(message) = builder_out
-            && to_builder.send(message).await.is_err()
-        {
-            return;
+        for message in builder_out {
+            if to_builder.send(message).await.is_err() {
+                return;
+            }
         }
     };
     match ending {
@@ -147,10 +185,16 @@ enum Ending {
 
 /// What to do with a text frame from the client.
 enum Step {
-    /// Pass it to the builder as it is.
-    Forward,
+    /// Pass it to the builder as it is (and note the subscription it opens or closes).
+    Forward(Option<Live>),
     /// Answer the client with this message (JSON) instead.
     Answer(String),
+}
+
+/// A change to the client's live subscriptions.
+enum Live {
+    Opened(SubscriptionId),
+    Closed(SubscriptionId),
 }
 
 fn from_client_text(shared: &Shared, relay_url: &str, text: &str) -> Step {
@@ -169,15 +213,18 @@ fn from_client_text(shared: &Shared, relay_url: &str, text: &str) -> Step {
                     .as_json(),
                 )
             }
-            None => Step::Forward,
+            None => Step::Forward(Some(Live::Opened(subscription_id.into_owned()))),
         },
+        Ok(ClientMessage::Close(subscription_id)) => {
+            Step::Forward(Some(Live::Closed(subscription_id.into_owned())))
+        }
         // The builder ends the whole connection on a frame it cannot parse; a relay answers
         // with a NOTICE and carries on.
         Err(e) => Step::Answer(
             RelayMessage::notice(format!("invalid: unreadable message: {e}")).as_json(),
         ),
         // Everything else is the builder's to answer.
-        Ok(_) => Step::Forward,
+        Ok(_) => Step::Forward(None),
     }
 }
 
@@ -199,7 +246,7 @@ fn check_auth(shared: &Shared, relay_url: &str, event: &Event) -> Step {
         _ => None,
     });
     match named {
-        Some(url) if same_url(url, relay_url) => Step::Forward,
+        Some(url) if same_url(url, relay_url) => Step::Forward(None),
         Some(url) => refuse(format!(
             "invalid: AUTH relay tag {url:?} does not name this relay ({relay_url})"
         )),

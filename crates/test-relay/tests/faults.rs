@@ -5,12 +5,17 @@ mod common;
 use std::time::Duration;
 
 use hyper::StatusCode;
-use nostr::{Filter, JsonUtil as _, Keys, Kind, RelayMessage};
+use nostr::{
+    ClientMessage, Filter, JsonUtil as _, Keys, Kind, RelayMessage, SubscriptionId, Timestamp,
+};
 use serde_json::json;
 use tokio::time::Instant;
 
 use buzz_test_relay::{ClosedFault, Faults, RestFailure, RestFailureKind};
-use common::{WsClient, post, start, start_with};
+use common::{WsClient, chat, post, publish, start, start_with};
+
+/// A channel id for the events these tests publish.
+const CHANNEL: &str = "3f9a1c2e-5b7d-4e8f-a1c3-5d7e9f1a3b5c";
 
 #[tokio::test]
 async fn refuse_auth_refuses_everyone() {
@@ -168,4 +173,89 @@ async fn faults_are_off_by_default() {
             .status,
         StatusCode::OK
     );
+}
+
+#[tokio::test]
+async fn close_subscriptions_ends_the_live_ones_and_keeps_the_connection() {
+    let relay = start().await;
+    let keys = Keys::generate();
+    let mut client = WsClient::connect(&relay.ws_url()).await;
+    client.authenticate(&keys).await;
+    let filter = || vec![Filter::new().kind(Kind::Custom(9))];
+    for id in ["a", "b", "gone"] {
+        client.subscribe(id, filter()).await;
+        match client.next().await {
+            RelayMessage::EndOfStoredEvents(eose) => assert_eq!(eose.as_str(), id),
+            other => panic!("expected EOSE, got {}", other.as_json()),
+        }
+    }
+    // The client ends one itself: it is not live any more, so it gets no CLOSED. (The front
+    // reads the client's frames in order: once `sync` is answered, the CLOSE was read.)
+    client
+        .send(ClientMessage::close(SubscriptionId::new("gone")))
+        .await;
+    client.subscribe("sync", filter()).await;
+    match client.next().await {
+        RelayMessage::EndOfStoredEvents(eose) => assert_eq!(eose.as_str(), "sync"),
+        other => panic!("expected EOSE, got {}", other.as_json()),
+    }
+
+    assert_eq!(
+        relay.close_subscriptions("restricted: channel access revoked"),
+        1
+    );
+    for id in ["a", "b", "sync"] {
+        match client.next().await {
+            RelayMessage::Closed {
+                subscription_id,
+                message,
+            } => {
+                assert_eq!(subscription_id.as_str(), id);
+                assert_eq!(message, "restricted: channel access revoked");
+            }
+            other => panic!("expected CLOSED for {id}, got {}", other.as_json()),
+        }
+    }
+
+    // The connection serves on; only the new subscription gets a new event.
+    client.subscribe("after", filter()).await;
+    match client.next().await {
+        RelayMessage::EndOfStoredEvents(eose) => assert_eq!(eose.as_str(), "after"),
+        other => panic!("expected EOSE, got {}", other.as_json()),
+    }
+    let event = chat(
+        &keys,
+        CHANNEL,
+        &[],
+        "after the close",
+        Timestamp::now().as_secs(),
+    );
+    publish(&relay, &keys, &event).await;
+    match client.next().await {
+        RelayMessage::Event {
+            subscription_id,
+            event: got,
+        } => {
+            assert_eq!(subscription_id.as_str(), "after");
+            assert_eq!(got.id, event.id);
+        }
+        other => panic!("expected the event for `after`, got {}", other.as_json()),
+    }
+    client.subscribe("probe", filter()).await;
+    loop {
+        match client.next().await {
+            RelayMessage::Event {
+                subscription_id, ..
+            } => assert_eq!(
+                subscription_id.as_str(),
+                "probe",
+                "a closed subscription got an event"
+            ),
+            RelayMessage::EndOfStoredEvents(eose) => {
+                assert_eq!(eose.as_str(), "probe");
+                break;
+            }
+            other => panic!("unexpected {}", other.as_json()),
+        }
+    }
 }
