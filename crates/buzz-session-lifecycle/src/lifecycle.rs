@@ -1,9 +1,9 @@
 //! The state machine: one owner for the session lifecycle of every scope.
 //!
-//! Per scope it holds a [`Phase`](crate::phase) (idle, waiting for its resident's worker,
+//! Per scope it holds a `Phase` (idle, waiting for its resident's worker,
 //! running, waiting for a restore retry, settling), what it knows of the scope's receipt, what
 //! the next session must be, and the sessions being released. It is synchronous and clock-free:
-//! every input that depends on time carries a [`Moment`], and every decision comes back as data
+//! every input that depends on time carries a [`Moment`](crate::Moment), and every decision comes back as data
 //! ([`Command`]s for the harness, [`StoreOp`]s for the driver, [`Record`]s of what happened). It
 //! performs no I/O and writes no log, so every rule is tested without processes.
 //!
@@ -13,10 +13,14 @@
 //! placed (placement.rs): the scope's receipt is read first (for a live session: checked, so an
 //!   operator's forget is seen); then it runs on the resident's worker, a free worker, a spawn —
 //!   or waits
-//!   ──► start (here): how the session is reached is decided once (reach.rs) ──► the task
+//!   ──► start (turn_start.rs): how the session is reached is decided once (reach.rs) ──► the task
 //!   reports what it opened (outcome.rs: `opened`) ──► turn_end (outcome.rs) ──► settled or
 //!   released (settlement.rs, release.rs)
 //! ```
+//!
+//! This module holds the scope table, the outbox and the primitives every concept uses; the
+//! concepts live one per module, layered (see `tests/layers.rs`), and a scope's phase changes
+//! only through the transitions of `phase.rs`.
 //!
 //! Pending input is not kept here: it waits in the harness's own queue (upstream's), which
 //! already keeps each scope's input in order and hands a failed batch back to the front. The

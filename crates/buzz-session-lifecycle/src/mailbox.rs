@@ -135,8 +135,8 @@ impl<K: Clone> Mailbox<K> {
     }
 }
 
-/// Where one turn task reports: its scope's mailbox, travelling with the turn's [`Plan`]
-/// (crate::Plan). A detached reporter (a plan made outside a driver, e.g. in tests) drops what
+/// Where one turn task reports: its scope's mailbox, travelling with the turn's
+/// [`Plan`](crate::Plan). A detached reporter (a plan made outside a driver, e.g. in tests) drops what
 /// it is told. Two reporters are equal when they are the same one (a clone of the one the
 /// driver attached, or both detached), so plans compare by what they decide.
 #[derive(Clone, Default, PartialEq, Eq)]

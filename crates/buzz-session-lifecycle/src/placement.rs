@@ -68,8 +68,8 @@ pub enum Target {
 pub struct Ready<K> {
     /// The scope.
     pub scope: K,
-    /// Some idle worker holds a live session of the scope (upstream's routing will pick it): its
-    /// receipt read is a [`Placed::Check`].
+    /// Some idle worker holds a live session of the scope (upstream's routing will pick it): it
+    /// runs at once, with its receipt checked beside the turn ([`Placed::RunChecked`]).
     pub held: bool,
 }
 

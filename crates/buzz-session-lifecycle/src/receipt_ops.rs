@@ -44,7 +44,7 @@ impl<K: Scope, I: Input> Lifecycle<K, I> {
     }
 
     /// Checks `scope`'s receipt beside the turn that now continues its live session (placement
-    /// asked for it with [`Placed::RunChecked`]; called after [`Lifecycle::start`]): nothing
+    /// asked for it with [`Placed::RunChecked`](crate::placement::Placed::RunChecked); called after [`Lifecycle::start`]): nothing
     /// waits for the answer, which [`Lifecycle::read_done`] applies when it comes.
     pub fn check_receipt(&mut self, scope: &K, now: Moment) {
         self.state(scope).receipt.freshness = Freshness::Checking { since: now };

@@ -3,7 +3,7 @@
 //! A scope's turn starts once placement found it a worker (see [`crate::placement`]). How its
 //! session is reached is decided here, once per turn ([`crate::reach::decide`]), then shaped by
 //! the behaviours that apply (continuity's handoffs and first context, a model switched in
-//! place); the scope's phase becomes [`Phase::Running`].
+//! place); the scope's phase becomes `Phase::Running`.
 
 use crate::behaviours::Behaviour;
 use crate::clock::Moment;
