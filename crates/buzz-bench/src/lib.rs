@@ -14,6 +14,17 @@ use buzz_acp::relay::Event;
 use buzz_acp::testing::{AGENT, Running, Scenario, context_entries, wait_until_every};
 use buzz_session_store::{KeyScheme, PgStore, ReceiptStore, StoreScope, StoredReceipt};
 
+/// The binaries a measurement of the patched harness drives (`--harness`, `--agent`).
+#[derive(Debug, clap::Args)]
+pub struct Binaries {
+    /// The patched buzz-acp binary.
+    #[arg(long)]
+    pub harness: PathBuf,
+    /// The acp-test-agent binary.
+    #[arg(long)]
+    pub agent: PathBuf,
+}
+
 /// Scenario failures (a harness that does not answer, a broken file).
 #[derive(Debug)]
 pub struct BenchError(pub String);

@@ -17,20 +17,16 @@
 //! follow-up-latency --harness target/patched/buzz-acp --agent target/debug/acp-test-agent
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use buzz_bench::{BenchError, Subject, median, ms, reply, scenario, start, wire};
+use buzz_bench::{BenchError, Binaries, Subject, median, ms, reply, scenario, start, wire};
 use clap::Parser;
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// The patched buzz-acp binary.
-    #[arg(long)]
-    harness: PathBuf,
-    /// The acp-test-agent binary.
-    #[arg(long)]
-    agent: PathBuf,
+    #[command(flatten)]
+    binaries: Binaries,
     /// Repetitions per mode.
     #[arg(long, default_value_t = 7)]
     runs: usize,
@@ -109,7 +105,7 @@ fn main() -> Result<(), BenchError> {
     let args = Args::parse();
     let subject = Subject {
         label: "patched".into(),
-        harness: args.harness,
+        harness: args.binaries.harness,
     };
     println!(
         "| follow-up served | median wall time (ms) | min–max (ms) | session setup before the prompt (ms, agent clock) | bytes sent to the agent | requests |"
@@ -121,7 +117,7 @@ fn main() -> Result<(), BenchError> {
         (Mode::Cold, "cold (session/new + context)"),
     ] {
         let samples: Vec<Sample> = (0..args.runs.max(1))
-            .map(|_| sample(mode, &subject, &args.agent))
+            .map(|_| sample(mode, &subject, &args.binaries.agent))
             .collect::<Result<_, _>>()?;
         let times: Vec<Duration> = samples.iter().map(|s| s.elapsed).collect();
         let lo = times.iter().min().copied().unwrap_or_default();

@@ -37,26 +37,22 @@
 //! store-outage-latency --harness target/patched/buzz-acp --agent target/debug/acp-test-agent
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use buzz_acp::relay::Event;
 use buzz_acp::testing::{Running, Scenario, wait_until_every};
 use buzz_bench::{
-    BenchError, Subject, WAIT, ctx, median, ms, quantile, reply, scenario, session_setups, start,
-    store_scope, unix_ms, wait_delivered, wire,
+    BenchError, Binaries, Subject, WAIT, ctx, median, ms, quantile, reply, scenario,
+    session_setups, start, store_scope, unix_ms, wait_delivered, wire,
 };
 use clap::Parser;
 use pg_fixture::{Options, PgServer};
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// The patched buzz-acp binary.
-    #[arg(long)]
-    harness: PathBuf,
-    /// The acp-test-agent binary.
-    #[arg(long)]
-    agent: PathBuf,
+    #[command(flatten)]
+    binaries: Binaries,
     /// Runs (fresh scenario and harness each).
     #[arg(long, default_value_t = 8)]
     runs: usize,
@@ -358,7 +354,7 @@ fn main() -> Result<(), BenchError> {
     let args = Args::parse();
     let subject = Subject {
         label: "patched".into(),
-        harness: args.harness,
+        harness: args.binaries.harness,
     };
     let server = || {
         ctx(
@@ -377,7 +373,7 @@ fn main() -> Result<(), BenchError> {
         all.extend(run(
             &servers,
             &subject,
-            &args.agent,
+            &args.binaries.agent,
             arrangement,
             args.follow_ups.max(1),
         )?);

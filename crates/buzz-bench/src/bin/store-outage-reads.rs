@@ -51,15 +51,15 @@
 //!     restart --runs 2 --outages 5,20,60
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use acp_test_agent::harness::WireFrame;
 use buzz_acp::relay::Event;
 use buzz_acp::testing::{Running, Scenario, reply_turns};
 use buzz_bench::{
-    BenchError, Subject, ctx, median, ms, quantile, reply, scenario, session_setups, start,
-    store_scope, unix_ms, wait_delivered, wire,
+    BenchError, Binaries, Subject, ctx, median, ms, quantile, reply, scenario, session_setups,
+    start, store_scope, unix_ms, wait_delivered, wire,
 };
 use buzz_session_store::StoreScope;
 use clap::{Parser, Subcommand};
@@ -67,12 +67,8 @@ use pg_fixture::{Options, PgServer};
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// The patched buzz-acp binary.
-    #[arg(long)]
-    harness: PathBuf,
-    /// The acp-test-agent binary.
-    #[arg(long)]
-    agent: PathBuf,
+    #[command(flatten)]
+    binaries: Binaries,
     #[command(subcommand)]
     measure: Measure,
 }
@@ -677,7 +673,7 @@ fn main() -> Result<(), BenchError> {
     let args = Args::parse();
     let subject = Subject {
         label: "patched".into(),
-        harness: args.harness,
+        harness: args.binaries.harness,
     };
     let pg = ctx(
         PgServer::start(Options::default()),
@@ -691,13 +687,13 @@ fn main() -> Result<(), BenchError> {
         } => after_freeze(
             &pg,
             &subject,
-            &args.agent,
+            &args.binaries.agent,
             runs.max(1),
             pairs.max(1),
             Duration::from_millis(quiet_ms),
         ),
         Measure::Restart { runs, outages } => {
-            restart(&pg, &subject, &args.agent, runs.max(1), &outages)
+            restart(&pg, &subject, &args.binaries.agent, runs.max(1), &outages)
         }
     }
 }
