@@ -31,3 +31,31 @@ pub(crate) enum Access {
     /// Reads only: no migration, no registration, every write answers `NotWritable(ReadOnly)`.
     ReadOnly,
 }
+
+// The SQL both backends write receipts with (their placeholders differ, so each adds its own
+// `VALUES`).
+
+/// The columns of a receipt row, in the order every insert gives them.
+macro_rules! receipt_columns {
+    () => {
+        "INSERT INTO buzz_receipts (scope_id, scope_key, session_id, model,
+         permission_mode, requested_model, requested_permission_mode,
+         standing_context_sent, delivered_event_ids, last_used_ms, ext)"
+    };
+}
+pub(crate) use receipt_columns;
+
+/// What an insert does to the row its key already has: the new receipt replaces it.
+macro_rules! replace_on_conflict {
+    () => {
+        "ON CONFLICT (scope_id, scope_key) DO UPDATE SET
+         session_id = excluded.session_id, model = excluded.model,
+         permission_mode = excluded.permission_mode,
+         requested_model = excluded.requested_model,
+         requested_permission_mode = excluded.requested_permission_mode,
+         standing_context_sent = excluded.standing_context_sent,
+         delivered_event_ids = excluded.delivered_event_ids,
+         last_used_ms = excluded.last_used_ms, ext = excluded.ext"
+    };
+}
+pub(crate) use replace_on_conflict;

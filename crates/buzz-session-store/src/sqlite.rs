@@ -44,7 +44,7 @@ use crate::receipt_store::{
 };
 use crate::record::SessionRecord;
 use crate::row::{self, CommitColumns, CommitPlan, ImportSkip, LedgerColumns, Row, State};
-use crate::schema::{self, Access};
+use crate::schema::{self, Access, receipt_columns, replace_on_conflict};
 
 /// The database file name inside a state directory.
 pub const DEFAULT_FILE_NAME: &str = "sessions.sqlite3";
@@ -108,19 +108,11 @@ INSERT INTO buzz_receipt_revision (singleton, revision) VALUES (1, 1);
 
 /// Writes one receipt over whatever row the key has (`put`, and `import` over a row that is not
 /// live); bound by [`SqliteStore::upsert`].
-const UPSERT: &str = "INSERT INTO buzz_receipts (scope_id, scope_key, session_id, model,
-         permission_mode, requested_model, requested_permission_mode, standing_context_sent,
-         delivered_event_ids, last_used_ms, ext)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-     ON CONFLICT (scope_id, scope_key) DO UPDATE SET
-         session_id = excluded.session_id, model = excluded.model,
-         permission_mode = excluded.permission_mode,
-         requested_model = excluded.requested_model,
-         requested_permission_mode = excluded.requested_permission_mode,
-         standing_context_sent = excluded.standing_context_sent,
-         delivered_event_ids = excluded.delivered_event_ids,
-         last_used_ms = excluded.last_used_ms,
-         ext = excluded.ext";
+const UPSERT: &str = concat!(
+    receipt_columns!(),
+    "\n     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)\n     ",
+    replace_on_conflict!()
+);
 
 /// The live receipts matching `filter` (a condition on `r`), in key order, for the columns
 /// [`read_row`] reads. A database still at revision 0 (opened read-only) has no extension column

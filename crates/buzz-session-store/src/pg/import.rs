@@ -14,6 +14,7 @@ use super::sql::Db;
 use crate::error::StoreError;
 use crate::receipt_store::ImportOutcome;
 use crate::row::{self, ImportSkip, Row, State};
+use crate::schema::{receipt_columns, replace_on_conflict};
 
 /// Rows per `INSERT … SELECT FROM unnest(…)` statement of an import.
 const IMPORT_BATCH: usize = 2_000;
@@ -96,19 +97,12 @@ pub(super) async fn import_rows(
         let standing: Vec<bool> = chosen.iter().map(|r| r.standing_context_sent).collect();
         let used: Vec<i64> = chosen.iter().map(|r| r.last_used_ms).collect();
         db.execute(
-            "INSERT INTO buzz_receipts (scope_id, scope_key, session_id, model,
-                 permission_mode, requested_model, requested_permission_mode,
-                 standing_context_sent, delivered_event_ids, last_used_ms, ext)
-             SELECT $1, * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[],
-                 $6::text[], $7::text[], $8::bool[], $9::text[], $10::int8[], $11::text[])
-             ON CONFLICT (scope_id, scope_key) DO UPDATE SET
-                 session_id = excluded.session_id, model = excluded.model,
-                 permission_mode = excluded.permission_mode,
-                 requested_model = excluded.requested_model,
-                 requested_permission_mode = excluded.requested_permission_mode,
-                 standing_context_sent = excluded.standing_context_sent,
-                 delivered_event_ids = excluded.delivered_event_ids,
-                 last_used_ms = excluded.last_used_ms, ext = excluded.ext",
+            concat!(
+                receipt_columns!(),
+                "\n             SELECT $1, * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[],
+                 $6::text[], $7::text[], $8::bool[], $9::text[], $10::int8[], $11::text[])\n             ",
+                replace_on_conflict!()
+            ),
             &[
                 &scope_id,
                 &keys,

@@ -15,6 +15,7 @@ use tokio_postgres::{GenericClient, Statement};
 use crate::error::StoreError;
 use crate::receipt_store::UnixMillis;
 use crate::row::{self, CommitColumns, LedgerColumns, Row, State};
+use crate::schema::{receipt_columns, replace_on_conflict};
 
 /// One live receipt by key (the columns [`read_row`] reads), at revision 1.
 pub(super) const SELECT_ONE: &str = "SELECT r.scope_key, r.session_id, r.model, r.permission_mode,
@@ -48,18 +49,11 @@ pub(super) const SELECT_ALL_R0: &str = "SELECT scope_key, session_id, model, per
      FROM buzz_receipts WHERE scope_id = $1 ORDER BY scope_key";
 
 /// Writes one receipt over whatever row its key has.
-const UPSERT: &str = "INSERT INTO buzz_receipts (scope_id, scope_key, session_id, model,
-         permission_mode, requested_model, requested_permission_mode,
-         standing_context_sent, delivered_event_ids, last_used_ms, ext)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-     ON CONFLICT (scope_id, scope_key) DO UPDATE SET
-         session_id = excluded.session_id, model = excluded.model,
-         permission_mode = excluded.permission_mode,
-         requested_model = excluded.requested_model,
-         requested_permission_mode = excluded.requested_permission_mode,
-         standing_context_sent = excluded.standing_context_sent,
-         delivered_event_ids = excluded.delivered_event_ids,
-         last_used_ms = excluded.last_used_ms, ext = excluded.ext";
+const UPSERT: &str = concat!(
+    receipt_columns!(),
+    "\n     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)\n     ",
+    replace_on_conflict!()
+);
 
 /// One query context: a client or a transaction, with the statement cache.
 pub(super) struct Db<'a, C: GenericClient> {
