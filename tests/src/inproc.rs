@@ -86,6 +86,9 @@ pub fn config(s: &Scenario, agent_command: &str, extra: &[&str]) -> Config {
         AGENT,
         "--owner-pubkey",
         OWNER,
+        // The scenarios' users are several people, not only the owner.
+        "--respond-to",
+        "anyone",
         "--state-dir",
         &state,
         "--observer-log",

@@ -96,21 +96,42 @@ pub enum MultipleEventHandling {
     about = "Bridge Buzz chat events to an ACP coding agent"
 )]
 pub struct CliArgs {
-    /// The file relay directory (events.jsonl, channels.json).
+    /// The Nostr relay, ws:// or wss:// (upstream's transport). Give this or --relay-dir.
+    #[arg(long, env = "BUZZ_RELAY_URL", conflicts_with = "relay_dir")]
+    pub relay_url: Option<String>,
+
+    /// The file relay directory (events.jsonl, channels.json): the model's embedded transport
+    /// for tests that drive time. Give this or --relay-url.
     #[arg(long, env = "BUZZ_ACP_RELAY_DIR")]
-    pub relay_dir: PathBuf,
+    pub relay_dir: Option<PathBuf>,
+
+    /// The agent's secret key, hex or nsec (required with --relay-url: it signs AUTH, NIP-98
+    /// and replies). Read from the environment rather than the command line where possible.
+    #[arg(long, env = "BUZZ_PRIVATE_KEY", hide = true)]
+    pub private_key: Option<String>,
 
     /// The agent command line, e.g. "claude-agent-acp" or "node agent.js --flag".
     #[arg(long, env = "BUZZ_ACP_AGENT_COMMAND")]
     pub agent_command: String,
 
-    /// This agent's public key (64 hex characters).
+    /// This agent's public key (64 hex characters). Derived from --private-key when that is
+    /// given (both given: they must match).
     #[arg(long, env = "BUZZ_ACP_AGENT_PUBKEY")]
-    pub agent_pubkey: String,
+    pub agent_pubkey: Option<String>,
 
     /// The owner's public key; only the owner may send `!rotate`, `!cancel`, `!model`.
-    #[arg(long, env = "BUZZ_ACP_OWNER_PUBKEY")]
+    #[arg(long, alias = "agent-owner", env = "BUZZ_ACP_OWNER_PUBKEY")]
     pub owner_pubkey: Option<String>,
+
+    /// Who may address the agent: owner-only, allowlist, anyone or nobody. Anyone on a relay
+    /// can mention the agent, and the agent runs tools: the default is the owner only.
+    #[arg(long, env = "BUZZ_ACP_RESPOND_TO", value_enum, default_value_t = RespondToMode::OwnerOnly)]
+    pub respond_to: RespondToMode,
+
+    /// With --respond-to allowlist: the public keys (64 hex, comma-separated) who may address
+    /// the agent besides its owner.
+    #[arg(long, env = "BUZZ_ACP_RESPOND_TO_ALLOWLIST", value_delimiter = ',')]
+    pub respond_to_allowlist: Vec<String>,
 
     /// Directory for durable harness state (the processed-event cursor).
     /// Default: $XDG_STATE_HOME/buzz-acp (or ~/.local/state/buzz-acp).
@@ -234,11 +255,76 @@ pub struct EnvVar {
     pub value: String,
 }
 
+/// `--respond-to`: who may address the agent (upstream's modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RespondToMode {
+    /// Only the owner (`--agent-owner`).
+    OwnerOnly,
+    /// The owner and the keys of `--respond-to-allowlist`.
+    Allowlist,
+    /// Everyone.
+    Anyone,
+    /// No one: the agent answers nothing.
+    Nobody,
+}
+
+/// Who may address the agent, resolved: the rule [`RespondTo::admits`] applies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RespondTo {
+    /// Only the owner, if one is configured.
+    OwnerOnly,
+    /// The owner and these keys (lowercase hex).
+    Allowlist(std::collections::BTreeSet<String>),
+    /// Everyone.
+    Anyone,
+    /// No one.
+    Nobody,
+}
+
+impl RespondTo {
+    /// Whether an event by `author` may reach the agent, given the configured owner.
+    pub fn admits(&self, author: &str, owner: Option<&str>) -> bool {
+        let is_owner = owner.is_some_and(|o| o.eq_ignore_ascii_case(author));
+        match self {
+            RespondTo::OwnerOnly => is_owner,
+            RespondTo::Allowlist(keys) => is_owner || keys.contains(&author.to_ascii_lowercase()),
+            RespondTo::Anyone => true,
+            RespondTo::Nobody => false,
+        }
+    }
+}
+
+/// Where events come from and replies go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelayEndpoint {
+    /// A Nostr relay (ws:// or wss://), as upstream.
+    Nostr {
+        /// The relay's URL as given (validated).
+        url: String,
+    },
+    /// The model's embedded file relay (a directory).
+    File(PathBuf),
+}
+
+/// The agent's signing keys; `Debug` shows the public key only.
+#[derive(Clone)]
+pub struct AgentKeys(pub nostr::Keys);
+
+impl std::fmt::Debug for AgentKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AgentKeys({})", self.0.public_key().to_hex())
+    }
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// File relay directory.
-    pub relay_dir: PathBuf,
+    /// The relay.
+    pub relay: RelayEndpoint,
+    /// The agent's secret key (required by a Nostr relay).
+    pub agent_keys: Option<AgentKeys>,
+    /// Who may address the agent.
+    pub respond_to: RespondTo,
     /// Agent command line.
     pub agent_command: String,
     /// Agent public key, lowercase hex.
@@ -337,7 +423,85 @@ pub fn sanitize_session_title(raw: &str) -> Option<String> {
 impl Config {
     /// Validates parsed arguments.
     pub fn from_args(args: CliArgs) -> Result<Config, ConfigError> {
-        let agent_pubkey = pubkey("--agent-pubkey (BUZZ_ACP_AGENT_PUBKEY)", &args.agent_pubkey)?;
+        let agent_keys = args
+            .private_key
+            .as_deref()
+            .map(|raw| {
+                nostr::Keys::parse(raw.trim()).map(AgentKeys).map_err(|_| {
+                    invalid(
+                        "--private-key (BUZZ_PRIVATE_KEY)",
+                        "expected 64 hex characters or an nsec key",
+                    )
+                })
+            })
+            .transpose()?;
+        let agent_pubkey = match (&agent_keys, args.agent_pubkey.as_deref()) {
+            (Some(keys), given) => {
+                let derived = keys.0.public_key().to_hex();
+                if given.is_some_and(|g| !g.eq_ignore_ascii_case(&derived)) {
+                    return Err(invalid(
+                        "--agent-pubkey (BUZZ_ACP_AGENT_PUBKEY)",
+                        "does not belong to --private-key (BUZZ_PRIVATE_KEY)",
+                    ));
+                }
+                derived
+            }
+            (None, Some(given)) => pubkey("--agent-pubkey (BUZZ_ACP_AGENT_PUBKEY)", given)?,
+            (None, None) => {
+                return Err(invalid(
+                    "--private-key (BUZZ_PRIVATE_KEY)",
+                    "the agent needs a key: --private-key, or --agent-pubkey with --relay-dir",
+                ));
+            }
+        };
+        let relay = match (args.relay_url, args.relay_dir) {
+            (Some(url), _) => {
+                if !(url.starts_with("ws://") || url.starts_with("wss://")) {
+                    return Err(invalid(
+                        "--relay-url (BUZZ_RELAY_URL)",
+                        "expected a ws:// or wss:// URL",
+                    ));
+                }
+                if agent_keys.is_none() {
+                    return Err(invalid(
+                        "--private-key (BUZZ_PRIVATE_KEY)",
+                        "is required with --relay-url: it signs AUTH, requests and replies",
+                    ));
+                }
+                RelayEndpoint::Nostr { url }
+            }
+            (None, Some(dir)) => RelayEndpoint::File(dir),
+            (None, None) => {
+                return Err(invalid(
+                    "--relay-url (BUZZ_RELAY_URL)",
+                    "give --relay-url or --relay-dir",
+                ));
+            }
+        };
+        let respond_to = match args.respond_to {
+            RespondToMode::OwnerOnly => RespondTo::OwnerOnly,
+            RespondToMode::Anyone => RespondTo::Anyone,
+            RespondToMode::Nobody => RespondTo::Nobody,
+            RespondToMode::Allowlist => {
+                let keys = args
+                    .respond_to_allowlist
+                    .iter()
+                    .map(|k| {
+                        pubkey(
+                            "--respond-to-allowlist (BUZZ_ACP_RESPOND_TO_ALLOWLIST)",
+                            k.trim(),
+                        )
+                    })
+                    .collect::<Result<std::collections::BTreeSet<_>, _>>()?;
+                if keys.is_empty() {
+                    return Err(invalid(
+                        "--respond-to-allowlist (BUZZ_ACP_RESPOND_TO_ALLOWLIST)",
+                        "is required with --respond-to allowlist",
+                    ));
+                }
+                RespondTo::Allowlist(keys)
+            }
+        };
         let owner_pubkey = args
             .owner_pubkey
             .as_deref()
@@ -412,7 +576,9 @@ impl Config {
             ));
         }
         Ok(Config {
-            relay_dir: args.relay_dir,
+            relay,
+            agent_keys,
+            respond_to,
             agent_command: args.agent_command,
             agent_pubkey,
             owner_pubkey,
@@ -496,6 +662,128 @@ mod tests {
         assert_eq!(c.multiple_event_handling, MultipleEventHandling::Steer);
         assert!(c.require_mention);
         assert!(c.system_prompt.contains("Session model"));
+        assert_eq!(c.respond_to, RespondTo::OwnerOnly);
+    }
+
+    fn parse_argv(argv: &[&str]) -> Result<Config, ConfigError> {
+        let mut full = vec![
+            "buzz-acp",
+            "--agent-command",
+            "agent",
+            "--state-dir",
+            "/tmp/state",
+        ];
+        full.extend_from_slice(argv);
+        Config::from_args(CliArgs::try_parse_from(full).expect("clap parse"))
+    }
+
+    #[test]
+    fn a_nostr_relay_takes_the_agent_key_and_derives_the_public_key() {
+        let keys = nostr::Keys::generate();
+        let secret = keys.secret_key().to_secret_hex();
+        let c = parse_argv(&[
+            "--relay-url",
+            "ws://127.0.0.1:3000",
+            "--private-key",
+            &secret,
+        ])
+        .unwrap();
+        assert_eq!(c.agent_pubkey, keys.public_key().to_hex());
+        assert_eq!(
+            c.relay,
+            RelayEndpoint::Nostr {
+                url: "ws://127.0.0.1:3000".into()
+            }
+        );
+        assert!(
+            !format!("{c:?}").contains(&secret),
+            "Debug never shows the secret key"
+        );
+    }
+
+    #[test]
+    fn the_relay_and_the_key_are_checked() {
+        let secret = nostr::Keys::generate().secret_key().to_secret_hex();
+        let no_key =
+            parse_argv(&["--relay-url", "ws://127.0.0.1:3000", "--agent-pubkey", PK]).unwrap_err();
+        assert!(no_key.to_string().contains("--private-key"), "{no_key}");
+        let not_ws =
+            parse_argv(&["--relay-url", "http://relay", "--private-key", &secret]).unwrap_err();
+        assert!(not_ws.to_string().contains("ws://"), "{not_ws}");
+        let bad_key =
+            parse_argv(&["--relay-url", "ws://relay", "--private-key", "nope"]).unwrap_err();
+        assert!(bad_key.to_string().contains("nsec"), "{bad_key}");
+        assert!(
+            !bad_key.to_string().contains("nope"),
+            "the error does not echo the key"
+        );
+        let mismatch = parse_argv(&[
+            "--relay-url",
+            "ws://relay",
+            "--private-key",
+            &secret,
+            "--agent-pubkey",
+            PK,
+        ])
+        .unwrap_err();
+        assert!(
+            mismatch.to_string().contains("does not belong"),
+            "{mismatch}"
+        );
+        let neither = parse_argv(&["--agent-pubkey", PK]).unwrap_err();
+        assert!(neither.to_string().contains("--relay-url"), "{neither}");
+        assert!(
+            CliArgs::try_parse_from([
+                "buzz-acp",
+                "--agent-command",
+                "a",
+                "--relay-url",
+                "ws://r",
+                "--relay-dir",
+                "/r"
+            ])
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn respond_to_admits_as_upstream_decides() {
+        let owner = "c3".repeat(32);
+        let friend = "d4".repeat(32);
+        let stranger = "e5".repeat(32);
+        let owner_only = parse(&["--owner-pubkey", &owner]).unwrap();
+        assert!(owner_only.respond_to.admits(&owner, Some(&owner)));
+        assert!(!owner_only.respond_to.admits(&stranger, Some(&owner)));
+        assert!(
+            !owner_only.respond_to.admits(&stranger, None),
+            "no owner: no one"
+        );
+        let allow = parse(&[
+            "--respond-to",
+            "allowlist",
+            "--respond-to-allowlist",
+            &friend.to_uppercase(),
+        ])
+        .unwrap();
+        assert!(allow.respond_to.admits(&friend, None));
+        assert!(!allow.respond_to.admits(&stranger, None));
+        let missing = parse(&["--respond-to", "allowlist"]).unwrap_err();
+        assert!(
+            missing.to_string().contains("--respond-to-allowlist"),
+            "{missing}"
+        );
+        assert!(
+            parse(&["--respond-to", "anyone"])
+                .unwrap()
+                .respond_to
+                .admits(&stranger, None)
+        );
+        assert!(
+            !parse(&["--respond-to", "nobody"])
+                .unwrap()
+                .respond_to
+                .admits(&owner, Some(&owner))
+        );
     }
 
     #[test]

@@ -27,10 +27,12 @@ pub mod cursor;
 pub mod eventlog;
 pub mod guard;
 pub mod lifecycle;
+pub mod nostr_relay;
 pub mod observer;
 pub mod pool;
 pub mod queue;
 pub mod relay;
+pub mod rest;
 pub mod scope;
 pub mod state_dir;
 pub mod testing;
@@ -156,13 +158,28 @@ fn now_unix() -> u64 {
 /// stops (upstream's `tokio_main`, which also chooses the lazy or the eager
 /// pool).
 pub async fn tokio_main(config: Config) -> Result<RunStats, HarnessError> {
-    Harness::open(config)?.run().await
+    match (&config.relay, &config.agent_keys) {
+        (config::RelayEndpoint::Nostr { url }, Some(keys)) => {
+            let relay = nostr_relay::NostrRelay::connect(url, keys.0.clone()).await?;
+            Harness::with_relay(config, relay)?.run().await
+        }
+        _ => Harness::open(config)?.run().await,
+    }
 }
 
 impl Harness<FileRelay> {
     /// Opens the file relay, the cursor and the observer named by `config`.
     pub fn open(config: Config) -> Result<Self, HarnessError> {
-        let relay = FileRelay::open(&config.relay_dir)?;
+        let relay = match &config.relay {
+            config::RelayEndpoint::File(dir) => FileRelay::open(dir)?,
+            config::RelayEndpoint::Nostr { url } => {
+                return Err(HarnessError::Relay(RelayError::Network {
+                    what: format!("opening {url}"),
+                    reason: "a Nostr relay is connected with NostrRelay::connect, not opened"
+                        .into(),
+                }));
+            }
+        };
         Harness::with_relay(config, relay)
     }
 }
@@ -348,6 +365,10 @@ impl<R: Relay> Harness<R> {
         }
         let addressed = event.is_message()
             && event.pubkey != self.config.agent_pubkey
+            && self
+                .config
+                .respond_to
+                .admits(&event.pubkey, self.config.owner_pubkey.as_deref())
             && (!self.config.require_mention || event.mentions(&self.config.agent_pubkey));
         if !addressed {
             return;

@@ -1,14 +1,15 @@
 //! The relay: where chat events come from and where replies go.
 //!
-//! Upstream talks to a Nostr relay over a websocket. This model embeds a
-//! **file relay** instead: a directory whose `events.jsonl` holds one
-//! NIP-01-shaped event per line and whose optional `channels.json` describes the
-//! channels (name, stream or DM). The harness reads `events.jsonl` both as its
-//! subscription (new lines) and as its history (context windows), and appends
-//! its own replies to it. The format is documented in `docs/RELAY.md`.
+//! Upstream talks to a Nostr relay over a websocket and its REST side
+//! ([`crate::nostr_relay`], [`crate::rest`]). This model also embeds a **file relay**: a
+//! directory whose `events.jsonl` holds one NIP-01-shaped event per line and whose optional
+//! `channels.json` describes the channels (name, stream or DM). The harness reads
+//! `events.jsonl` both as its subscription (new lines) and as its history (context windows),
+//! and appends its own replies to it. The format is documented in `docs/RELAY.md`. It stays for
+//! tests that drive time (an in-process agent on tokio's paused clock cannot wait on a socket)
+//! and for the scenarios written before the Nostr transport.
 //!
-//! Everything the event loop needs from a relay is behind the [`Relay`] trait,
-//! so a websocket relay can be added later without touching the loop.
+//! Everything the event loop needs from a relay is behind the [`Relay`] trait.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -51,6 +52,20 @@ pub enum RelayError {
         path: PathBuf,
         /// The underlying error.
         source: std::io::Error,
+    },
+    /// The network relay cannot be reached or read.
+    #[error("relay: {what}: {reason}")]
+    Network {
+        /// What the harness was doing.
+        what: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The relay refused the agent's AUTH (NIP-42): its key is not allowed there.
+    #[error("the relay refused the agent's authentication: {message}")]
+    AuthRefused {
+        /// The relay's `OK false` message.
+        message: String,
     },
     /// `channels.json` does not parse.
     #[error("relay channel file {path} is malformed: {message}")]

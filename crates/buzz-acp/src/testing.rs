@@ -28,6 +28,17 @@ pub const GENERAL: &str = "0b8e2d4c-1f3a-4c5e-9d7b-2a6f8e1c3b5d";
 pub const DIRECT: &str = "7c1d9e2f-3a4b-4c5d-8e6f-9a0b1c2d3e4f";
 /// The working directory the harness hands the agent (never touched; fixed so
 /// wire logs are identical on every machine).
+/// Where and as whom a harness meets a Nostr relay ([`Scenario::nostr_harness_command`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NostrRelayArgs<'a> {
+    /// `ws://…` of the relay.
+    pub url: &'a str,
+    /// The agent's secret key, hex.
+    pub secret_key_hex: &'a str,
+    /// The owner's public key, hex.
+    pub owner_hex: &'a str,
+}
+
 pub const AGENT_CWD: &str = "/srv/buzz-scenario";
 /// First timestamp of a scenario: 2100-01-01T00:00:00Z.
 pub const EPOCH: u64 = 4_102_444_800;
@@ -238,27 +249,61 @@ impl Scenario {
         parts.join(" ")
     }
 
-    /// The harness command (environment scrubbed of `BUZZ_ACP_*`).
+    /// The harness command on the scenario's file relay (environment scrubbed of `BUZZ_ACP_*`).
     pub fn harness_command(
         &self,
         harness_bin: &Path,
         agent_command: &str,
         extra: &[&str],
     ) -> Command {
-        let mut cmd = Command::new(harness_bin);
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("BUZZ_ACP_") {
-                cmd.env_remove(key);
-            }
-        }
+        let mut cmd = self.command_without_relay(harness_bin, agent_command);
         cmd.arg("--relay-dir")
             .arg(&self.relay_dir)
-            .arg("--agent-command")
-            .arg(agent_command)
             .arg("--agent-pubkey")
             .arg(AGENT)
             .arg("--owner-pubkey")
             .arg(OWNER)
+            // The scenarios' users are several people, not only the owner.
+            .arg("--respond-to")
+            .arg("anyone")
+            .args(extra);
+        cmd
+    }
+
+    /// The harness command on a Nostr relay at `relay_url`, as the agent whose secret key is
+    /// `secret_key_hex` (passed in `BUZZ_PRIVATE_KEY`, as an operator would), owned by
+    /// `owner_hex`.
+    pub fn nostr_harness_command(
+        &self,
+        harness_bin: &Path,
+        agent_command: &str,
+        relay: NostrRelayArgs<'_>,
+        extra: &[&str],
+    ) -> Command {
+        let mut cmd = self.command_without_relay(harness_bin, agent_command);
+        cmd.arg("--relay-url")
+            .arg(relay.url)
+            .arg("--agent-owner")
+            .arg(relay.owner_hex)
+            .env("BUZZ_PRIVATE_KEY", relay.secret_key_hex)
+            .args(extra);
+        cmd
+    }
+
+    /// Everything but the relay, the agent's key and who may address it.
+    fn command_without_relay(&self, harness_bin: &Path, agent_command: &str) -> Command {
+        let mut cmd = Command::new(harness_bin);
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if key.starts_with("BUZZ_ACP_")
+                || key.starts_with("BUZZ_RELAY")
+                || key == "BUZZ_PRIVATE_KEY"
+            {
+                cmd.env_remove(key.as_ref());
+            }
+        }
+        cmd.arg("--agent-command")
+            .arg(agent_command)
             .arg("--state-dir")
             .arg(&self.state_dir)
             .arg("--observer-log")
@@ -267,7 +312,6 @@ impl Scenario {
             .arg(AGENT_CWD)
             .arg("--relay-poll-ms")
             .arg(self.poll_ms.to_string())
-            .args(extra)
             .env("BUZZ_ACP_LOG", "buzz_acp=debug,info")
             .stdin(Stdio::null());
         cmd

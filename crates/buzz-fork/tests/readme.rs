@@ -1,6 +1,8 @@
 //! The README's "Running the patched harness yourself" commands, run as
 //! written from the repository root: `apply`, the cargo build, then the
-//! binary on an empty relay with `--once`. Then cargo itself confirms that
+//! binary with `--once` on a relay this test starts (the fork's test relay: a
+//! NIP-42 websocket and the NIP-98 REST bridge), where the agent belongs to
+//! no channel yet. Then cargo itself confirms that
 //! the binary the last line ran is the artifact of that build.
 //!
 //! It builds the patched harness, so it is ignored by `cargo test` and run by
@@ -29,7 +31,7 @@ fn readme_block(readme: &str, title: &str) -> String {
 fn clean(mut cmd: Command) -> Command {
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
-        if k.starts_with("BUZZ_ACP_") || k == "CARGO_TARGET_DIR" {
+        if k.starts_with("BUZZ_") || k == "CARGO_TARGET_DIR" {
             cmd.env_remove(k);
         }
     }
@@ -43,7 +45,14 @@ fn readme_commands_build_and_run_the_patched_harness() {
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let block = readme_block(&readme, "## Running the patched harness yourself");
     assert!(block.contains("target/patched/buzz-acp"), "{block}");
-    let relay = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let relay = runtime
+        .block_on(buzz_test_relay::TestRelay::start(
+            buzz_test_relay::RelayConfig::default(),
+        ))
+        .expect("the test relay starts");
+    let agent = nostr::Keys::generate();
+    let owner = nostr::Keys::generate();
     let state = tempfile::tempdir().unwrap();
     let mut bash = clean(Command::new("bash"));
     bash.arg("-euo")
@@ -51,8 +60,9 @@ fn readme_commands_build_and_run_the_patched_harness() {
         .arg("-c")
         .arg(&block)
         .current_dir(&root)
-        .env("RELAY_DIR", relay.path())
-        .env("AGENT_PUBKEY", "ab".repeat(32))
+        .env("RELAY_URL", relay.ws_url())
+        .env("AGENT_SECRET_KEY", agent.secret_key().to_secret_hex())
+        .env("OWNER_PUBKEY", owner.public_key().to_hex())
         .env("STATE_DIR", state.path());
     let out = bash.output().unwrap();
     assert!(

@@ -1,0 +1,743 @@
+//! Upstream's transport: a Nostr relay over a websocket (NIP-01 subscriptions, NIP-42 AUTH) and
+//! its REST side (see [`crate::rest`]).
+//!
+//! The socket lives in a task of its own, beside the event loop: it connects, answers the
+//! relay's AUTH challenge, subscribes to every channel the agent belongs to (`ch-<uuid>`, `#h`,
+//! `since`) and to its membership changes, keeps the connection alive with pings, and
+//! reconnects with upstream's backoff when it drops, resubscribing from the older of "last event
+//! seen" and "when it dropped", minus 5 s. What it reads reaches the loop through a bounded
+//! channel; [`Relay::poll`] only drains that channel, so the loop never waits on the network.
+//! Replies are signed with the agent's key and handed to a publisher task (`POST /events`).
+//!
+//! Like upstream, the first subscription starts at the harness's start: a mention posted while
+//! the harness was stopped is not delivered (the loss upstream's #4903 describes). Like
+//! upstream, incoming events are parsed, not verified.
+//!
+//! The history the context windows read comes from the same relay: each channel's recent
+//! events are fetched with `POST /query` when the channel is subscribed, and every event the
+//! subscription delivers is added to it.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use futures::{SinkExt as _, StreamExt as _};
+use nostr::{
+    Alphabet, ClientMessage, Filter, JsonUtil as _, Keys, Kind, RelayMessage, RelayUrl,
+    SingleLetterTag, SubscriptionId, Timestamp,
+};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::relay::{
+    ChannelId, ChannelInfo, ChannelKind, Event, Incoming, LogPosition, Poll, Relay, RelayError,
+};
+use crate::rest::RestClient;
+
+/// Kind of the NIP-29 group metadata event (name, type).
+pub const KIND_GROUP_METADATA: u16 = 39000;
+/// Kind of the NIP-29 group members event (`d` = channel, `p` = members).
+pub const KIND_GROUP_MEMBERS: u16 = 39002;
+/// Kind of a membership addition (NIP-29 put-user).
+pub const KIND_ADD_MEMBER: u16 = 9000;
+
+/// How long a connect may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the client waits for the relay's AUTH challenge after connecting.
+pub const CHALLENGE_TIMEOUT: Duration = Duration::from_secs(20);
+/// A ping is sent this often…
+pub const PING_INTERVAL: Duration = Duration::from_secs(30);
+/// …and the connection counts as dead when no pong came this long after it.
+pub const PONG_TIMEOUT: Duration = Duration::from_secs(10);
+/// Resubscriptions start this much before the last event seen.
+pub const SINCE_SKEW_SECS: u64 = 5;
+/// Events waiting for the loop; a full buffer drops the event and forces a resubscribe.
+pub const EVENT_BUFFER: usize = 256;
+/// Events of each channel fetched for its history when it is subscribed.
+pub const HISTORY_FETCH: usize = 500;
+/// Ids remembered for de-duplication (two generations of this size).
+pub const DEDUP_GENERATION: usize = 6_000;
+
+/// Reconnect delays after a drop: 1 … 32 s, then 60 s flat.
+fn reconnect_delay(attempt: u32) -> Duration {
+    match attempt {
+        0..=5 => Duration::from_secs(1 << attempt),
+        _ => Duration::from_secs(60),
+    }
+}
+
+/// What the socket task hands the loop.
+enum Inbound {
+    /// A live event from a subscription.
+    Live(nostr::Event),
+    /// A channel's recent events, for the history only (oldest first).
+    History(Vec<nostr::Event>),
+    /// What a channel is.
+    Channel(ChannelId, ChannelInfo),
+}
+
+/// Converts a `nostr` event to the model's event.
+fn to_model(event: &nostr::Event) -> Event {
+    Event {
+        id: event.id.to_hex(),
+        pubkey: event.pubkey.to_hex(),
+        created_at: event.created_at.as_secs(),
+        kind: u32::from(event.kind.as_u16()),
+        tags: event.tags.iter().map(|t| t.as_slice().to_vec()).collect(),
+        content: event.content.clone(),
+    }
+}
+
+/// A channel's info from its metadata event: `name`, and `t` = `dm` for a direct-message
+/// channel (anything else is a stream).
+fn channel_info(metadata: &nostr::Event) -> ChannelInfo {
+    let value = |name: &str| {
+        metadata
+            .tags
+            .iter()
+            .map(|t| t.as_slice())
+            .find(|t| t.first().map(String::as_str) == Some(name))
+            .and_then(|t| t.get(1).cloned())
+    };
+    ChannelInfo {
+        name: value("name").unwrap_or_default(),
+        kind: if value("t").as_deref() == Some("dm") {
+            ChannelKind::Dm
+        } else {
+            ChannelKind::Stream
+        },
+    }
+}
+
+fn tag_h() -> SingleLetterTag {
+    SingleLetterTag::lowercase(Alphabet::H)
+}
+
+fn tag_d() -> SingleLetterTag {
+    SingleLetterTag::lowercase(Alphabet::D)
+}
+
+/// The relay as the event loop sees it.
+pub struct NostrRelay {
+    identity: String,
+    keys: Keys,
+    inbound: mpsc::Receiver<Inbound>,
+    publisher: mpsc::UnboundedSender<nostr::Event>,
+    socket_task: tokio::task::JoinHandle<()>,
+    publisher_task: tokio::task::JoinHandle<()>,
+    seq: u64,
+    seen: HashSet<String>,
+    seen_old: HashSet<String>,
+    events: Vec<Event>,
+    by_id: HashMap<String, usize>,
+    by_channel: HashMap<ChannelId, Vec<usize>>,
+    answers: HashMap<String, Vec<usize>>,
+    channels: HashMap<ChannelId, ChannelInfo>,
+}
+
+impl std::fmt::Debug for NostrRelay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NostrRelay")
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for NostrRelay {
+    fn drop(&mut self) {
+        self.socket_task.abort();
+        self.publisher_task.abort();
+    }
+}
+
+impl NostrRelay {
+    /// Connects to the relay at `url` as `keys`: finds the agent's channels (`POST /query`),
+    /// then opens the socket (one try, then retries after 1, 2, 4, 8 and 16 s) and returns once
+    /// it is authenticated and subscribed.
+    pub async fn connect(url: &str, keys: Keys) -> Result<Self, RelayError> {
+        let relay_url = RelayUrl::parse(url).map_err(|e| RelayError::Network {
+            what: format!("relay URL {url}"),
+            reason: e.to_string(),
+        })?;
+        let rest = RestClient::new(url, keys.clone());
+        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+        let mut socket = Socket {
+            url: relay_url,
+            keys: keys.clone(),
+            rest: rest.clone(),
+            inbound: tx,
+            channels: Vec::new(),
+            since: Timestamp::now(),
+            last_seen: None,
+        };
+        let mut attempt = 0;
+        let stream = loop {
+            match socket.open().await {
+                Ok(stream) => break stream,
+                // A refused AUTH is final: the key is not allowed there, and trying again
+                // would not change that.
+                Err(e) if attempt < 5 && !matches!(e, RelayError::AuthRefused { .. }) => {
+                    let delay = Duration::from_secs(1 << attempt);
+                    tracing::warn!(error = %e, retry_in_s = delay.as_secs(), "cannot reach the relay; trying again");
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        tracing::info!(relay = %url, channels = socket.channels.len(), "connected, authenticated and subscribed");
+        let socket_task = tokio::spawn(socket.serve(stream));
+        let (publisher, mut queue) = mpsc::unbounded_channel::<nostr::Event>();
+        let publisher_task = tokio::spawn(async move {
+            while let Some(event) = queue.recv().await {
+                match rest.publish(&event).await {
+                    Ok(published)
+                        if published.accepted || published.message.starts_with("duplicate") => {}
+                    Ok(published) => {
+                        tracing::error!(event_id = %event.id, message = %published.message, "the relay refused a reply")
+                    }
+                    Err(e) => {
+                        tracing::error!(event_id = %event.id, error = %e, "a reply could not be published")
+                    }
+                }
+            }
+        });
+        Ok(NostrRelay {
+            identity: url.trim_end_matches('/').to_owned(),
+            keys,
+            inbound: rx,
+            publisher,
+            socket_task,
+            publisher_task,
+            seq: 0,
+            seen: HashSet::new(),
+            seen_old: HashSet::new(),
+            events: Vec::new(),
+            by_id: HashMap::new(),
+            by_channel: HashMap::new(),
+            answers: HashMap::new(),
+            channels: HashMap::new(),
+        })
+    }
+
+    fn remember(&mut self, event: Event) {
+        if self.by_id.contains_key(&event.id) {
+            return;
+        }
+        let index = self.events.len();
+        self.by_id.insert(event.id.clone(), index);
+        if let Some(channel) = event.channel_id() {
+            self.by_channel.entry(channel).or_default().push(index);
+        }
+        for answered in event.answered_ids() {
+            self.answers.entry(answered).or_default().push(index);
+        }
+        self.events.push(event);
+    }
+
+    /// Whether `id` was delivered before (two bounded generations, as upstream).
+    fn first_delivery(&mut self, id: &str) -> bool {
+        if self.seen.contains(id) || self.seen_old.contains(id) {
+            return false;
+        }
+        if self.seen.len() >= DEDUP_GENERATION {
+            self.seen_old = std::mem::take(&mut self.seen);
+        }
+        self.seen.insert(id.to_owned());
+        true
+    }
+}
+
+impl Relay for NostrRelay {
+    fn resume_from(&mut self, _position: Option<LogPosition>) {
+        // Upstream keeps no position: the subscription starts at the harness's start.
+    }
+
+    async fn poll(&mut self) -> Result<Poll, RelayError> {
+        let mut lines = Vec::new();
+        while let Ok(inbound) = self.inbound.try_recv() {
+            match inbound {
+                Inbound::History(events) => {
+                    for event in events {
+                        self.remember(to_model(&event));
+                    }
+                }
+                Inbound::Channel(channel, info) => {
+                    self.channels.insert(channel, info);
+                }
+                Inbound::Live(event) => {
+                    let model = to_model(&event);
+                    let replayed = !self.first_delivery(&model.id);
+                    self.remember(model.clone());
+                    lines.push(Incoming {
+                        offset: self.seq,
+                        end: self.seq + 1,
+                        event: Ok(model),
+                        replayed,
+                        before_resume: false,
+                    });
+                    self.seq += 1;
+                }
+            }
+        }
+        Ok(Poll { lines, reset: None })
+    }
+
+    fn position(&self) -> Option<LogPosition> {
+        None
+    }
+
+    async fn publish(&mut self, event: &Event) -> Result<(), RelayError> {
+        let tags = event
+            .tags
+            .iter()
+            .map(|t| nostr::Tag::parse(t.clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| RelayError::Network {
+                what: "a reply's tags".into(),
+                reason: e.to_string(),
+            })?;
+        let signed = nostr::EventBuilder::new(Kind::Custom(event.kind as u16), &event.content)
+            .tags(tags)
+            .custom_created_at(Timestamp::from(event.created_at))
+            .sign_with_keys(&self.keys)
+            .map_err(|e| RelayError::Network {
+                what: "signing a reply".into(),
+                reason: e.to_string(),
+            })?;
+        if signed.id.to_hex() != event.id {
+            return Err(RelayError::Network {
+                what: format!("reply {}", event.id),
+                reason: format!(
+                    "signed as {}: the harness built it for another key",
+                    signed.id
+                ),
+            });
+        }
+        self.remember(event.clone());
+        self.first_delivery(&event.id);
+        self.publisher
+            .send(signed)
+            .map_err(|_| RelayError::Network {
+                what: "the reply publisher".into(),
+                reason: "stopped".into(),
+            })
+    }
+
+    fn history(&self, channel: &ChannelId) -> Vec<&Event> {
+        let mut events: Vec<&Event> = self
+            .by_channel
+            .get(channel)
+            .map(|ix| ix.iter().map(|&i| &self.events[i]).collect())
+            .unwrap_or_default();
+        events.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        events
+    }
+
+    fn find(&self, id: &str) -> Option<&Event> {
+        self.by_id
+            .get(&id.to_ascii_lowercase())
+            .map(|&i| &self.events[i])
+    }
+
+    fn reply_by(&self, author: &str, trigger_id: &str) -> Option<&Event> {
+        self.answers
+            .get(&trigger_id.to_ascii_lowercase())?
+            .iter()
+            .map(|&i| &self.events[i])
+            .find(|e| e.pubkey.eq_ignore_ascii_case(author))
+    }
+
+    fn channel_info(&self, channel: &ChannelId) -> ChannelInfo {
+        self.channels
+            .get(channel)
+            .cloned()
+            .unwrap_or_else(ChannelInfo::unresolved)
+    }
+
+    fn identity(&self) -> &str {
+        &self.identity
+    }
+}
+
+type Stream =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The socket's side: connection, AUTH, subscriptions, reconnects.
+struct Socket {
+    url: RelayUrl,
+    keys: Keys,
+    rest: RestClient,
+    inbound: mpsc::Sender<Inbound>,
+    channels: Vec<ChannelId>,
+    /// Where the next subscription starts.
+    since: Timestamp,
+    /// The newest `created_at` delivered.
+    last_seen: Option<Timestamp>,
+}
+
+impl Socket {
+    /// Connects, authenticates, finds the channels and subscribes.
+    async fn open(&mut self) -> Result<Stream, RelayError> {
+        let network = |what: &str, reason: String| RelayError::Network {
+            what: what.to_owned(),
+            reason,
+        };
+        let (mut stream, _) = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            tokio_tungstenite::connect_async(self.url.as_str()),
+        )
+        .await
+        .map_err(|_| {
+            network(
+                "connecting to the relay",
+                format!("no connection in {} s", CONNECT_TIMEOUT.as_secs()),
+            )
+        })?
+        .map_err(|e| network("connecting to the relay", e.to_string()))?;
+        // NIP-42: the relay challenges first; frames before the challenge are held back.
+        let mut held = VecDeque::new();
+        let challenge = tokio::time::timeout(CHALLENGE_TIMEOUT, async {
+            while let Some(frame) = stream.next().await {
+                match frame.map_err(|e| network("reading from the relay", e.to_string()))? {
+                    Message::Text(text) => match RelayMessage::from_json(text.as_str()) {
+                        Ok(RelayMessage::Auth { challenge }) => return Ok(challenge.into_owned()),
+                        Ok(other) => held.push_back(other.as_json()),
+                        Err(e) => tracing::warn!(error = %e, "unreadable frame from the relay"),
+                    },
+                    Message::Close(_) => break,
+                    _ => {}
+                }
+            }
+            Err(network(
+                "authenticating",
+                "the relay closed the connection before its AUTH challenge".into(),
+            ))
+        })
+        .await
+        .map_err(|_| {
+            network(
+                "authenticating",
+                format!("no AUTH challenge in {} s", CHALLENGE_TIMEOUT.as_secs()),
+            )
+        })??;
+        self.authenticate(&mut stream, &challenge).await?;
+        self.discover().await?;
+        self.subscribe(&mut stream).await?;
+        for text in held {
+            self.handle(&mut stream, &text).await?;
+        }
+        Ok(stream)
+    }
+
+    async fn authenticate(&self, stream: &mut Stream, challenge: &str) -> Result<(), RelayError> {
+        let network = |reason: String| RelayError::Network {
+            what: "authenticating".into(),
+            reason,
+        };
+        let auth = nostr::EventBuilder::auth(challenge, self.url.clone())
+            .sign_with_keys(&self.keys)
+            .map_err(|e| network(e.to_string()))?;
+        let id = auth.id;
+        stream
+            .send(Message::text(ClientMessage::auth(auth).as_json()))
+            .await
+            .map_err(|e| network(e.to_string()))?;
+        loop {
+            let frame = tokio::time::timeout(CHALLENGE_TIMEOUT, stream.next())
+                .await
+                .map_err(|_| network("no answer to AUTH in time".into()))?;
+            let Some(frame) = frame else {
+                return Err(network("the relay closed the connection".into()));
+            };
+            if let Message::Text(text) = frame.map_err(|e| network(e.to_string()))?
+                && let Ok(RelayMessage::Ok {
+                    event_id,
+                    status,
+                    message,
+                }) = RelayMessage::from_json(text.as_str())
+                && event_id == id
+            {
+                return if status {
+                    Ok(())
+                } else {
+                    Err(RelayError::AuthRefused {
+                        message: message.into_owned(),
+                    })
+                };
+            }
+        }
+    }
+
+    /// The agent's channels (kind 39002 naming it) and what each is (kind 39000), with each
+    /// new channel's recent history.
+    async fn discover(&mut self) -> Result<(), RelayError> {
+        let rest_error = |e: crate::rest::RestError| RelayError::Network {
+            what: "finding the agent's channels".into(),
+            reason: e.to_string(),
+        };
+        let members = self
+            .rest
+            .query(&[Filter::new()
+                .kind(Kind::Custom(KIND_GROUP_MEMBERS))
+                .pubkey(self.keys.public_key())])
+            .await
+            .map_err(rest_error)?;
+        let mut found: Vec<ChannelId> = members
+            .iter()
+            .flat_map(|e| e.tags.iter().map(|t| t.as_slice().to_vec()))
+            .filter(|t| t.first().map(String::as_str) == Some("d"))
+            .filter_map(|t| t.get(1).and_then(|d| ChannelId::parse(d).ok()))
+            .collect();
+        found.sort();
+        found.dedup();
+        for channel in found {
+            if !self.channels.contains(&channel) {
+                self.add_channel(channel).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn add_channel(&mut self, channel: ChannelId) -> Result<(), RelayError> {
+        let rest_error = |e: crate::rest::RestError| RelayError::Network {
+            what: format!("reading channel {channel}"),
+            reason: e.to_string(),
+        };
+        let metadata = self
+            .rest
+            .query(&[Filter::new()
+                .kind(Kind::Custom(KIND_GROUP_METADATA))
+                .custom_tag(tag_d(), channel.as_str())
+                .limit(1)])
+            .await
+            .map_err(rest_error)?;
+        if let Some(meta) = metadata.first() {
+            self.forward(Inbound::Channel(channel.clone(), channel_info(meta)))
+                .await;
+        }
+        let mut history = self
+            .rest
+            .query(&[Filter::new()
+                .custom_tag(tag_h(), channel.as_str())
+                .limit(HISTORY_FETCH)])
+            .await
+            .map_err(rest_error)?;
+        history.reverse();
+        self.forward(Inbound::History(history)).await;
+        self.channels.push(channel);
+        Ok(())
+    }
+
+    async fn forward(&self, inbound: Inbound) {
+        // A closed receiver means the harness is gone; the task ends with the next read.
+        let _ = self.inbound.send(inbound).await;
+    }
+
+    async fn subscribe(&self, stream: &mut Stream) -> Result<(), RelayError> {
+        let mut requests = vec![ClientMessage::req(
+            SubscriptionId::new("members"),
+            vec![
+                Filter::new()
+                    .kinds([
+                        Kind::Custom(KIND_ADD_MEMBER),
+                        Kind::Custom(crate::relay::KIND_REMOVE_MEMBER as u16),
+                    ])
+                    .pubkey(self.keys.public_key())
+                    .since(self.since),
+            ],
+        )];
+        for channel in &self.channels {
+            requests.push(self.channel_request(channel));
+        }
+        for request in requests {
+            stream
+                .send(Message::text(request.as_json()))
+                .await
+                .map_err(|e| RelayError::Network {
+                    what: "subscribing".into(),
+                    reason: e.to_string(),
+                })?;
+        }
+        Ok(())
+    }
+
+    fn channel_request(&self, channel: &ChannelId) -> ClientMessage<'static> {
+        ClientMessage::req(
+            SubscriptionId::new(format!("ch-{channel}")),
+            vec![
+                Filter::new()
+                    .custom_tag(tag_h(), channel.as_str())
+                    .since(self.since),
+            ],
+        )
+    }
+
+    /// One relay message on a live connection.
+    async fn handle(&mut self, stream: &mut Stream, text: &str) -> Result<(), RelayError> {
+        let message = match RelayMessage::from_json(text) {
+            Ok(message) => message,
+            Err(e) => {
+                tracing::warn!(error = %e, "unreadable frame from the relay");
+                return Ok(());
+            }
+        };
+        match message {
+            RelayMessage::Event { event, .. } => {
+                let event = event.into_owned();
+                self.last_seen = Some(
+                    self.last_seen
+                        .map_or(event.created_at, |s| s.max(event.created_at)),
+                );
+                if event.kind.as_u16() == KIND_ADD_MEMBER
+                    && event
+                        .tags
+                        .public_keys()
+                        .any(|p| *p == self.keys.public_key())
+                {
+                    if let Some(channel) = event
+                        .tags
+                        .iter()
+                        .find(|t| t.as_slice().first().map(String::as_str) == Some("h"))
+                        .and_then(|t| t.as_slice().get(1))
+                        .and_then(|h| ChannelId::parse(h).ok())
+                        && !self.channels.contains(&channel)
+                    {
+                        self.add_channel(channel.clone()).await?;
+                        stream
+                            .send(Message::text(self.channel_request(&channel).as_json()))
+                            .await
+                            .map_err(|e| RelayError::Network {
+                                what: "subscribing".into(),
+                                reason: e.to_string(),
+                            })?;
+                    }
+                    return Ok(());
+                }
+                if self.inbound.try_send(Inbound::Live(event)).is_err() {
+                    tracing::warn!(
+                        "the event buffer is full; dropping the event and resubscribing"
+                    );
+                    return Err(RelayError::Network {
+                        what: "the event buffer".into(),
+                        reason: "full".into(),
+                    });
+                }
+            }
+            RelayMessage::Auth { challenge } => self.authenticate(stream, &challenge).await?,
+            RelayMessage::Closed {
+                subscription_id,
+                message,
+            } => {
+                let channel = subscription_id
+                    .as_str()
+                    .strip_prefix("ch-")
+                    .and_then(|c| ChannelId::parse(c).ok());
+                if message.starts_with("restricted: not a channel member")
+                    || message.starts_with("restricted: channel access revoked")
+                {
+                    tracing::warn!(subscription = %subscription_id, %message, "the relay closed a channel's subscription for good");
+                    if let Some(channel) = channel {
+                        self.channels.retain(|c| *c != channel);
+                    }
+                } else if message.contains("auth") {
+                    return Err(RelayError::Network {
+                        what: "the subscription".into(),
+                        reason: format!("closed: {message}"),
+                    });
+                } else if let Some(channel) = channel {
+                    tracing::warn!(subscription = %subscription_id, %message, "the relay closed a subscription; subscribing again");
+                    stream
+                        .send(Message::text(self.channel_request(&channel).as_json()))
+                        .await
+                        .map_err(|e| RelayError::Network {
+                            what: "subscribing".into(),
+                            reason: e.to_string(),
+                        })?;
+                }
+            }
+            RelayMessage::Notice(message) => tracing::warn!(%message, "the relay says"),
+            RelayMessage::Ok {
+                status: false,
+                message,
+                ..
+            } if message.starts_with("auth") => {
+                return Err(RelayError::Network {
+                    what: "the connection".into(),
+                    reason: format!("refused: {message}"),
+                });
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Serves a live connection until it drops, then reconnects, for as long as the harness runs.
+    async fn serve(mut self, mut stream: Stream) {
+        let mut attempt = 0u32;
+        loop {
+            let dropped = self.read(&mut stream).await;
+            if self.inbound.is_closed() {
+                return;
+            }
+            let now = Timestamp::now();
+            let from = self.last_seen.map_or(now, |seen| seen.min(now));
+            self.since = Timestamp::from(from.as_secs().saturating_sub(SINCE_SKEW_SECS));
+            tracing::warn!(reason = %dropped, "the relay connection dropped; reconnecting");
+            loop {
+                let delay = reconnect_delay(attempt);
+                tokio::time::sleep(delay).await;
+                match self.open().await {
+                    Ok(fresh) => {
+                        stream = fresh;
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, retry_in_s = reconnect_delay(attempt + 1).as_secs(), "cannot reach the relay");
+                        attempt = attempt.saturating_add(1);
+                    }
+                }
+            }
+            tracing::info!("reconnected to the relay");
+        }
+    }
+
+    /// Reads a connection until it fails; why it ended.
+    async fn read(&mut self, stream: &mut Stream) -> String {
+        let mut ping = tokio::time::interval(PING_INTERVAL);
+        ping.tick().await;
+        let mut awaiting_pong: Option<tokio::time::Instant> = None;
+        loop {
+            let pong_deadline = async {
+                match awaiting_pong {
+                    Some(at) => tokio::time::sleep_until(at + PONG_TIMEOUT).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                frame = stream.next() => match frame {
+                    Some(Ok(Message::Text(text))) => {
+                        if let Err(e) = self.handle(stream, text.as_str()).await {
+                            return e.to_string();
+                        }
+                    }
+                    Some(Ok(Message::Pong(_))) => awaiting_pong = None,
+                    Some(Ok(Message::Close(frame))) => return format!("the relay closed the connection ({frame:?})"),
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => return e.to_string(),
+                    None => return "the connection ended".into(),
+                },
+                _ = ping.tick() => {
+                    if stream.send(Message::Ping(Vec::new().into())).await.is_err() {
+                        return "a ping could not be sent".into();
+                    }
+                    awaiting_pong.get_or_insert_with(tokio::time::Instant::now);
+                }
+                _ = pong_deadline => return format!("no pong in {} s", PONG_TIMEOUT.as_secs()),
+            }
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The relay's REST side (upstream's "Nostr HTTP bridge"): `POST /events` publishes one signed
+//! event, `POST /query` answers NIP-01 filters with events (newest first). Every request carries
+//! a NIP-98 authorization signed with the agent's key: a kind 27235 event tagged with the URL,
+//! the method, a fresh nonce and the SHA-256 of the body, standard base64 after `Nostr `.
+//!
+//! Requests that meet 429, 502, 503, 504 or a time-out are tried again after 0.5, 1 and 2 s,
+//! signed afresh each time (the relay refuses a NIP-98 event it has seen).
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use nostr::hashes::Hash as _;
+use nostr::hashes::sha256::Hash as Sha256Hash;
+use nostr::{EventBuilder, JsonUtil as _, Keys, Kind, Tag};
+
+/// Delays before the second, third and fourth try of a request.
+pub const RETRY_DELAYS: [Duration; 3] = [
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+];
+/// How long one request may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a REST request failed for good.
+#[derive(Debug, thiserror::Error)]
+pub enum RestError {
+    /// The relay answered with an error status.
+    #[error("POST {path}: the relay answered {status}: {message}")]
+    Status {
+        /// The route.
+        path: &'static str,
+        /// The HTTP status.
+        status: u16,
+        /// The relay's `error` message, or the body.
+        message: String,
+    },
+    /// No answer: connection refused, reset, or no answer in time.
+    #[error("POST {path}: {reason}")]
+    Transport {
+        /// The route.
+        path: &'static str,
+        /// What failed.
+        reason: String,
+    },
+    /// The answer is not the JSON the route promises.
+    #[error("POST {path}: unreadable answer: {reason}")]
+    Answer {
+        /// The route.
+        path: &'static str,
+        /// What serde said.
+        reason: String,
+    },
+    /// The NIP-98 event could not be signed.
+    #[error("signing the NIP-98 authorization: {0}")]
+    Sign(String),
+}
+
+/// What `POST /events` answered for an accepted request.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct Published {
+    /// The event's id.
+    pub event_id: String,
+    /// Whether the relay stored it (`false` with a reason, e.g. a duplicate).
+    pub accepted: bool,
+    /// The relay's message (empty, or `duplicate: …`).
+    #[serde(default)]
+    pub message: String,
+}
+
+/// A NIP-98-signing client of one relay's REST routes.
+#[derive(Clone)]
+pub struct RestClient {
+    base: String,
+    keys: Keys,
+    http: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl std::fmt::Debug for RestClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RestClient")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The REST base of a relay URL: ws → http, wss → https, no trailing slash.
+pub fn rest_base(relay_url: &str) -> String {
+    let base = if let Some(rest) = relay_url.strip_prefix("wss://") {
+        format!("https://{rest}")
+    } else if let Some(rest) = relay_url.strip_prefix("ws://") {
+        format!("http://{rest}")
+    } else {
+        relay_url.to_owned()
+    };
+    base.trim_end_matches('/').to_owned()
+}
+
+impl RestClient {
+    /// A client of the relay at `relay_url` signing as `keys`.
+    pub fn new(relay_url: &str, keys: Keys) -> Self {
+        RestClient {
+            base: rest_base(relay_url),
+            keys,
+            http: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    /// Publishes one signed event (`POST /events`).
+    pub async fn publish(&self, event: &nostr::Event) -> Result<Published, RestError> {
+        let body = self.post("/events", event.as_json().into_bytes()).await?;
+        serde_json::from_slice(&body).map_err(|e| RestError::Answer {
+            path: "/events",
+            reason: e.to_string(),
+        })
+    }
+
+    /// Events matching `filters` (`POST /query`), as the relay orders them.
+    pub async fn query(&self, filters: &[nostr::Filter]) -> Result<Vec<nostr::Event>, RestError> {
+        let body = serde_json::to_vec(
+            &filters
+                .iter()
+                .map(|f| f.as_json())
+                .map(|j| serde_json::from_str::<serde_json::Value>(&j))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| RestError::Answer {
+                    path: "/query",
+                    reason: e.to_string(),
+                })?,
+        )
+        .map_err(|e| RestError::Answer {
+            path: "/query",
+            reason: e.to_string(),
+        })?;
+        let answer = self.post("/query", body).await?;
+        let values: Vec<serde_json::Value> =
+            serde_json::from_slice(&answer).map_err(|e| RestError::Answer {
+                path: "/query",
+                reason: e.to_string(),
+            })?;
+        // One unreadable event does not cost the others.
+        Ok(values
+            .into_iter()
+            .filter_map(|v| match nostr::Event::from_json(v.to_string()) {
+                Ok(event) => Some(event),
+                Err(e) => {
+                    tracing::warn!(error = %e, "skipping an unreadable event in a /query answer");
+                    None
+                }
+            })
+            .collect())
+    }
+
+    /// One POST with its retries; the body of a 2xx answer.
+    async fn post(&self, path: &'static str, body: Vec<u8>) -> Result<Vec<u8>, RestError> {
+        let mut delays = RETRY_DELAYS.iter();
+        loop {
+            let outcome = self.post_once(path, &body).await;
+            let retry = match &outcome {
+                Ok(_) => false,
+                Err(RestError::Status { status, .. }) => matches!(*status, 429 | 502 | 503 | 504),
+                Err(RestError::Transport { .. }) => true,
+                Err(_) => false,
+            };
+            match (retry, delays.next()) {
+                (true, Some(delay)) => {
+                    if let Err(e) = &outcome {
+                        tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "relay request failed; trying again");
+                    }
+                    tokio::time::sleep(*delay).await;
+                }
+                _ => return outcome,
+            }
+        }
+    }
+
+    async fn post_once(&self, path: &'static str, body: &[u8]) -> Result<Vec<u8>, RestError> {
+        let url = format!("{}{path}", self.base);
+        let auth = self.authorization(&url, body)?;
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(&url)
+            .header("authorization", auth)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::copy_from_slice(body)))
+            .map_err(|e| RestError::Transport {
+                path,
+                reason: e.to_string(),
+            })?;
+        let response = tokio::time::timeout(REQUEST_TIMEOUT, self.http.request(request))
+            .await
+            .map_err(|_| RestError::Transport {
+                path,
+                reason: format!("no answer in {} s", REQUEST_TIMEOUT.as_secs()),
+            })?
+            .map_err(|e| RestError::Transport {
+                path,
+                reason: e.to_string(),
+            })?;
+        let status = response.status();
+        let bytes = tokio::time::timeout(REQUEST_TIMEOUT, response.into_body().collect())
+            .await
+            .map_err(|_| RestError::Transport {
+                path,
+                reason: "the answer's body did not arrive in time".into(),
+            })?
+            .map_err(|e| RestError::Transport {
+                path,
+                reason: e.to_string(),
+            })?
+            .to_bytes()
+            .to_vec();
+        if status == StatusCode::OK {
+            return Ok(bytes);
+        }
+        let message = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+            .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
+        Err(RestError::Status {
+            path,
+            status: status.as_u16(),
+            message,
+        })
+    }
+
+    /// The `Authorization` header for a POST of `body` to `url` (NIP-98).
+    fn authorization(&self, url: &str, body: &[u8]) -> Result<String, RestError> {
+        let payload = Sha256Hash::hash(body).to_string();
+        let nonce = uuid::Uuid::new_v4().to_string();
+        let tags = [
+            ["u", url],
+            ["method", "POST"],
+            ["nonce", nonce.as_str()],
+            ["payload", payload.as_str()],
+        ]
+        .into_iter()
+        .map(Tag::parse)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| RestError::Sign(e.to_string()))?;
+        let event = EventBuilder::new(Kind::HttpAuth, "")
+            .tags(tags)
+            .sign_with_keys(&self.keys)
+            .map_err(|e| RestError::Sign(e.to_string()))?;
+        Ok(format!("Nostr {}", BASE64.encode(event.as_json())))
+    }
+}

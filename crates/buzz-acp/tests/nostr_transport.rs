@@ -1,0 +1,385 @@
+//! The harness over upstream's transport: the real `buzz-acp` binary against a real Nostr relay
+//! (a NIP-01/NIP-42 websocket with the REST bridge and NIP-98 beside it, started in this
+//! process) and the real test agent. Events are signed by their authors' keys; the harness signs
+//! its replies with the agent's.
+
+mod common;
+
+use std::time::Duration;
+
+use buzz_acp::rest::RestClient;
+use buzz_acp::testing::Scenario;
+use buzz_test_relay::{Faults, RelayConfig, RestFailure, RestFailureKind, TestRelay};
+use common::*;
+use nostr::{Alphabet, EventBuilder, Filter, Keys, Kind, SingleLetterTag, Tag, Timestamp};
+use tempfile::TempDir;
+
+const CHANNEL: &str = "0b8e2d4c-1f3a-4c5e-9d7b-2a6f8e1c3b5d";
+
+/// A relay, the people on it, and a scenario for the agent's files.
+struct World {
+    relay: TestRelay,
+    agent: Keys,
+    owner: Keys,
+    _dir: TempDir,
+    s: Scenario,
+}
+
+impl World {
+    /// A relay where the agent is a member of `#general` (kind 39002 names it, kind 39000
+    /// describes the channel).
+    async fn start(faults: Faults) -> World {
+        let relay = TestRelay::start(RelayConfig::default().faults(faults))
+            .await
+            .expect("the relay starts");
+        let (dir, s) = scenario();
+        let world = World {
+            relay,
+            agent: Keys::generate(),
+            owner: Keys::generate(),
+            _dir: dir,
+            s,
+        };
+        let admin = Keys::generate();
+        let members = EventBuilder::new(Kind::Custom(39002), "")
+            .tags([
+                Tag::parse(["d", CHANNEL]).unwrap(),
+                Tag::public_key(world.agent.public_key()),
+            ])
+            .sign_with_keys(&admin)
+            .unwrap();
+        let metadata = EventBuilder::new(Kind::Custom(39000), "")
+            .tags([
+                Tag::parse(["d", CHANNEL]).unwrap(),
+                Tag::parse(["name", "general"]).unwrap(),
+            ])
+            .sign_with_keys(&admin)
+            .unwrap();
+        world.publish(&admin, &members).await;
+        world.publish(&admin, &metadata).await;
+        world
+    }
+
+    async fn publish(&self, author: &Keys, event: &nostr::Event) {
+        let published = RestClient::new(&self.relay.ws_url(), author.clone())
+            .publish(event)
+            .await
+            .expect("published");
+        assert!(published.accepted, "{published:?}");
+    }
+
+    /// `author` says `text` in the channel, mentioning the agent; `thread` = (root, parent).
+    async fn say(
+        &self,
+        author: &Keys,
+        text: &str,
+        thread: Option<(&nostr::Event, &nostr::Event)>,
+    ) -> nostr::Event {
+        self.said(author, text, thread, Timestamp::now()).await
+    }
+
+    /// As [`World::say`], dated `at`.
+    async fn said(
+        &self,
+        author: &Keys,
+        text: &str,
+        thread: Option<(&nostr::Event, &nostr::Event)>,
+        at: Timestamp,
+    ) -> nostr::Event {
+        let mut tags = vec![
+            Tag::parse(["h", CHANNEL]).unwrap(),
+            Tag::public_key(self.agent.public_key()),
+        ];
+        if let Some((root, parent)) = thread {
+            tags.push(Tag::parse(["e", &root.id.to_hex(), "", "root"]).unwrap());
+            tags.push(Tag::parse(["e", &parent.id.to_hex(), "", "reply"]).unwrap());
+        }
+        let event = EventBuilder::new(Kind::Custom(9), text)
+            .tags(tags)
+            .custom_created_at(at)
+            .sign_with_keys(author)
+            .unwrap();
+        self.publish(author, &event).await;
+        event
+    }
+
+    /// Every event the agent wrote, as the relay returns them.
+    async fn agent_events(&self) -> Vec<nostr::Event> {
+        RestClient::new(&self.relay.ws_url(), self.owner.clone())
+            .query(&[Filter::new()
+                .author(self.agent.public_key())
+                .kind(Kind::Custom(9))])
+            .await
+            .expect("query")
+    }
+
+    /// The agent's answer to `trigger` (an `e` tag marked `reply` naming it), waiting for it.
+    async fn answer_to(&self, trigger: &nostr::Event) -> nostr::Event {
+        let id = trigger.id.to_hex();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let found = self.agent_events().await.into_iter().find(|e| {
+                e.tags.iter().any(|t| {
+                    let t = t.as_slice();
+                    t.first().map(String::as_str) == Some("e")
+                        && t.get(1) == Some(&id)
+                        && t.get(3).map(String::as_str) == Some("reply")
+                })
+            });
+            if let Some(answer) = found {
+                return answer;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no answer to {:?}",
+                trigger.content
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Starts the harness without waiting for it.
+    fn spawn_harness(&self, extra: &[&str]) -> std::process::Child {
+        let log = std::fs::File::create(self.s.root.join("harness.log")).unwrap();
+        let url = self.relay.ws_url();
+        let secret = self.agent.secret_key().to_secret_hex();
+        let owner = self.owner.public_key().to_hex();
+        self.s
+            .nostr_harness_command(
+                &harness_bin(),
+                &agent(&self.s, &[]),
+                buzz_acp::testing::NostrRelayArgs {
+                    url: &url,
+                    secret_key_hex: &secret,
+                    owner_hex: &owner,
+                },
+                extra,
+            )
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("the harness starts")
+    }
+
+    /// Starts the harness and waits until it is subscribed: like upstream's, its subscription
+    /// starts at its own start, so a mention posted before that is not delivered.
+    async fn harness(&self, extra: &[&str]) -> Stop {
+        let child = Stop(self.spawn_harness(extra));
+        self.wait_for_log("connected, authenticated and subscribed")
+            .await;
+        child
+    }
+
+    /// Waits for a line of the harness's log (a readiness signal, never a proof).
+    async fn wait_for_log(&self, line: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !self.log().contains(line) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {line:?} in:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.s.root.join("harness.log")).unwrap_or_default()
+    }
+}
+
+struct Stop(std::process::Child);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The owner's mention reaches the agent through the websocket subscription, and the answer
+/// comes back as a kind 9 event signed with the agent's key, threaded on the mention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owners_mention_is_answered_with_a_reply_signed_by_the_agent() {
+    let w = World::start(Faults::default()).await;
+    let _h = w.harness(&[]).await;
+    let root = w.say(&w.owner, "remember alpha-7301", None).await;
+    let answer = w.answer_to(&root).await;
+    answer.verify().expect("a valid id and signature");
+    assert_eq!(answer.pubkey, w.agent.public_key());
+    assert!(
+        answer.tags.iter().any(|t| t.as_slice() == ["h", CHANNEL]),
+        "{answer:?}"
+    );
+    assert_eq!(turns(&to_model(&answer)), 1);
+    let frames = wire(&w.s);
+    assert_eq!(count(&frames, "session/new"), 1);
+    assert!(prompts(&frames)[0].contains("remember alpha-7301"));
+}
+
+/// On a relay anyone can mention the agent, and the agent runs tools: by default only its owner
+/// is answered. A stranger's mention never reaches the agent; the owner's, after it, does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strangers_mention_never_reaches_the_agent_by_default() {
+    let w = World::start(Faults::default()).await;
+    let _h = w.harness(&[]).await;
+    let stranger = Keys::generate();
+    let theirs = w.say(&stranger, "run rm -rf for me", None).await;
+    let mine = w.say(&w.owner, "hello", None).await;
+    w.answer_to(&mine).await;
+    let frames = wire(&w.s);
+    let texts = prompts(&frames);
+    assert_eq!(texts.len(), 1, "one turn: the owner's");
+    assert!(!texts[0].contains("rm -rf"), "{}", texts[0]);
+    let answered_theirs = w.agent_events().await.into_iter().any(|e| {
+        e.tags
+            .iter()
+            .any(|t| t.as_slice().get(1) == Some(&theirs.id.to_hex()))
+    });
+    assert!(!answered_theirs);
+}
+
+/// `--respond-to allowlist` admits the listed keys besides the owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowlisted_key_is_answered() {
+    let w = World::start(Faults::default()).await;
+    let friend = Keys::generate();
+    let friend_hex = friend.public_key().to_hex();
+    let _h = w
+        .harness(&[
+            "--respond-to",
+            "allowlist",
+            "--respond-to-allowlist",
+            &friend_hex,
+        ])
+        .await;
+    let theirs = w.say(&friend, "hi from a friend", None).await;
+    w.answer_to(&theirs).await;
+}
+
+/// The thread's earlier messages, posted before the harness started, come from the relay
+/// (`POST /query`) into the first prompt of a follow-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_gets_its_thread_from_the_relay() {
+    let w = World::start(Faults::default()).await;
+    // Dated before the harness starts: history, not news.
+    let earlier = Timestamp::from(Timestamp::now().as_secs() - 60);
+    let root = w
+        .said(&w.owner, "the code word is quebec-5150", None, earlier)
+        .await;
+    let chatter = w
+        .said(
+            &Keys::generate(),
+            "noted, quebec-5150",
+            Some((&root, &root)),
+            earlier,
+        )
+        .await;
+    let _h = w.harness(&[]).await;
+    let follow_up = w
+        .say(&w.owner, "what was the code word?", Some((&root, &chatter)))
+        .await;
+    w.answer_to(&follow_up).await;
+    let texts = prompts(&wire(&w.s));
+    assert_eq!(texts.len(), 1, "only the follow-up is new: {texts:?}");
+    assert!(
+        texts[0].contains("the code word is quebec-5150"),
+        "{}",
+        texts[0]
+    );
+}
+
+/// A relay that drops every connection after two seconds: the harness reconnects,
+/// re-authenticates and resubscribes, and a mention posted after a drop is answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_keeps_dropping_the_connection_loses_no_mention() {
+    let w = World::start(Faults {
+        drop_connections_after: Some(Duration::from_secs(2)),
+        ..Faults::default()
+    })
+    .await;
+    let _h = w.harness(&[]).await;
+    let first = w.say(&w.owner, "first", None).await;
+    w.answer_to(&first).await;
+    // After a reconnect the harness reports, mention again.
+    w.wait_for_log("reconnected to the relay").await;
+    let second = w.say(&w.owner, "second", None).await;
+    w.answer_to(&second).await;
+    let answers = w.agent_events().await;
+    assert_eq!(answers.len(), 2, "each mention answered once: {answers:?}");
+}
+
+/// The REST client tries a request again after 0.5 and 1 s when the relay answers 503 (each
+/// time with a fresh NIP-98 authorization, which the relay's replay guard demands).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_with_503_twice_succeeds_on_the_third_try() {
+    let w = World::start(Faults::default()).await;
+    w.relay.set_faults(Faults {
+        rest_failure: Some(RestFailure {
+            kind: RestFailureKind::Unavailable,
+            count: 2,
+        }),
+        ..Faults::default()
+    });
+    w.say(&w.owner, "published despite two 503s", None).await;
+    let client = RestClient::new(&w.relay.ws_url(), w.owner.clone());
+    let found = client
+        .query(&[Filter::new().author(w.owner.public_key())])
+        .await
+        .expect("query");
+    assert_eq!(found.len(), 1);
+}
+
+/// Four 503s in a row outlast the three retries: the error names the route and the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_more_often_than_it_retries_fails_with_the_relays_answer() {
+    let w = World::start(Faults::default()).await;
+    w.relay.set_faults(Faults {
+        rest_failure: Some(RestFailure {
+            kind: RestFailureKind::Unavailable,
+            count: 4,
+        }),
+        ..Faults::default()
+    });
+    let err = RestClient::new(&w.relay.ws_url(), w.owner.clone())
+        .query(&[Filter::new().limit(1)])
+        .await
+        .expect_err("four failures");
+    let text = err.to_string();
+    assert!(text.contains("/query") && text.contains("503"), "{text}");
+}
+
+/// A relay that refuses the agent's AUTH: the harness stops at once with the reason.
+#[test]
+fn a_refused_auth_stops_the_harness_with_the_reason() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let w = runtime.block_on(World::start(Faults {
+        refuse_auth: true,
+        ..Faults::default()
+    }));
+    let mut child = w.spawn_harness(&[]);
+    let status = child.wait().expect("the harness exits");
+    assert!(!status.success());
+    assert!(
+        w.log().contains("refused the agent's authentication"),
+        "{}",
+        w.log()
+    );
+    drop(runtime);
+}
+
+fn to_model(event: &nostr::Event) -> buzz_acp::relay::Event {
+    buzz_acp::relay::Event {
+        id: event.id.to_hex(),
+        pubkey: event.pubkey.to_hex(),
+        created_at: event.created_at.as_secs(),
+        kind: u32::from(event.kind.as_u16()),
+        tags: event.tags.iter().map(|t| t.as_slice().to_vec()).collect(),
+        content: event.content.clone(),
+    }
+}
+
+#[allow(dead_code)]
+fn h() -> SingleLetterTag {
+    SingleLetterTag::lowercase(Alphabet::H)
+}
