@@ -7,6 +7,7 @@
 //! the observer or the relay; every in-process decision to abandon a session
 //! removes its receipt, while agent death keeps it.
 
+use buzz_acp_fork_tests::relay::RelayWorld;
 use buzz_acp_fork_tests::*;
 
 /// run → stop → restart → mention: the second process loads the first
@@ -39,6 +40,38 @@ fn restart_resumes_the_stored_session() {
     assert!(r2.content.contains("alpha-7301"));
     insta::assert_json_snapshot!("restart_wire_log", wire_shape(&s));
     insta::assert_json_snapshot!("restart_receipts", receipt_view(&s));
+}
+
+/// The same over a real Nostr relay: the owner's mention is answered, the harness is stopped
+/// (SIGTERM) and started again, and the follow-up in the thread is answered on the first
+/// session, loaded, which remembers the first turn.
+#[test]
+fn over_a_relay_a_restart_resumes_the_threads_session() {
+    let w = RelayWorld::new();
+    let harness = w.start(&[], &[]);
+    let root = w.say(&w.owner, "Plan the release. remember alpha-7301", None);
+    let r1 = w.answer_to(&root);
+    harness.stop().expect("the harness stops");
+    let first = session_order(&wire(&w.s));
+    assert_eq!(first.len(), 1);
+
+    let harness = w.start(&[], &[]);
+    let root_id = root.id.to_hex();
+    let q = w.say(
+        &w.owner,
+        "What did I ask you to remember?",
+        Some((&root_id, &r1.id)),
+    );
+    let r2 = w.answer_to(&q);
+    harness.stop().expect("the harness stops");
+
+    let frames = wire(&w.s);
+    assert_eq!(count_method(&frames, "session/new"), 1, "no second session/new");
+    let loads = requests_of(&frames, "session/load");
+    assert_eq!(loads.len(), 1);
+    assert_eq!(loads[0].params["sessionId"], first[0].as_str());
+    assert_eq!(turns(&r2), 2, "the loaded session remembers the first turn");
+    assert!(r2.content.contains("alpha-7301"), "{}", r2.content);
 }
 
 /// The agent no longer knows the stored session (-32002): the receipt is

@@ -11,6 +11,7 @@
 pub mod inproc;
 pub mod matrix;
 pub mod outage;
+pub mod relay;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

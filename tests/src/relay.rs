@@ -1,0 +1,203 @@
+//! Scenarios over a real Nostr relay: the fork's test relay (a NIP-42 websocket from
+//! `nostr-relay-builder` with the Buzz REST bridge and NIP-98 beside it) runs in the test's
+//! process, the patched harness connects to it as the agent (`--relay-url`, `BUZZ_PRIVATE_KEY`),
+//! and people post signed events through the relay's REST side as a Buzz client does.
+//!
+//! Like upstream's, the harness's subscription starts when the harness starts: a mention posted
+//! before it is subscribed is not delivered. [`RelayWorld::start`] therefore waits for the
+//! harness to say it is subscribed (a readiness signal; no guard asserts on a log line).
+
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use buzz_acp::relay::Event;
+use buzz_acp::rest::RestClient;
+use buzz_acp::testing::{NostrRelayArgs, Scenario};
+use buzz_test_relay::{RelayConfig, TestRelay};
+use nostr::{EventBuilder, Filter, Keys, Kind, Tag, Timestamp};
+
+use crate::{Background, CheckedDir, WAIT, agent, harness_bin, scenario};
+
+/// The channel every relay scenario talks in.
+pub const RELAY_CHANNEL: &str = "0b8e2d4c-1f3a-4c5e-9d7b-2a6f8e1c3b5d";
+
+/// What the harness logs once it is connected, authenticated and subscribed.
+const SUBSCRIBED: &str = "connected, authenticated and subscribed";
+
+/// A relay with the agent as a member of one channel, its owner, and a scenario for the
+/// agent's files (state, wire log).
+pub struct RelayWorld {
+    /// The relay (stopped when the world is dropped).
+    pub relay: TestRelay,
+    /// The agent's keys: the harness runs with its secret key.
+    pub agent: Keys,
+    /// The owner: by default the only person the harness answers.
+    pub owner: Keys,
+    /// The scenario (state directory, wire log, observer log).
+    pub s: Scenario,
+    _dir: CheckedDir,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl RelayWorld {
+    /// Starts a relay where the agent belongs to [`RELAY_CHANNEL`] (`#general`, a stream).
+    pub fn new() -> RelayWorld {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime for the relay");
+        let relay = runtime
+            .block_on(TestRelay::start(RelayConfig::default()))
+            .expect("the relay starts");
+        let (dir, s) = scenario();
+        let world = RelayWorld {
+            relay,
+            agent: Keys::generate(),
+            owner: Keys::generate(),
+            s,
+            _dir: dir,
+            runtime,
+        };
+        let admin = Keys::generate();
+        let channel_tag = Tag::parse(["d", RELAY_CHANNEL]).expect("d tag");
+        let members = EventBuilder::new(Kind::Custom(39002), "")
+            .tags([channel_tag.clone(), Tag::public_key(world.agent.public_key())])
+            .sign_with_keys(&admin)
+            .expect("sign");
+        let metadata = EventBuilder::new(Kind::Custom(39000), "")
+            .tags([channel_tag, Tag::parse(["name", "general"]).expect("name tag")])
+            .sign_with_keys(&admin)
+            .expect("sign");
+        world.publish(&admin, &members);
+        world.publish(&admin, &metadata);
+        world
+    }
+
+    /// Publishes `event` as `author` through the relay's REST side.
+    pub fn publish(&self, author: &Keys, event: &nostr::Event) {
+        let client = RestClient::new(&self.relay.ws_url(), author.clone());
+        let published = self
+            .runtime
+            .block_on(client.publish(event))
+            .expect("published");
+        assert!(published.accepted, "{published:?}");
+    }
+
+    /// `author` says `text` in the channel mentioning the agent; `thread` = the ids of the
+    /// thread's root and of the message answered.
+    pub fn say(&self, author: &Keys, text: &str, thread: Option<(&str, &str)>) -> nostr::Event {
+        let mut tags = vec![
+            Tag::parse(["h", RELAY_CHANNEL]).expect("h tag"),
+            Tag::public_key(self.agent.public_key()),
+        ];
+        if let Some((root, parent)) = thread {
+            tags.push(Tag::parse(["e", root, "", "root"]).expect("root tag"));
+            tags.push(Tag::parse(["e", parent, "", "reply"]).expect("reply tag"));
+        }
+        let event = EventBuilder::new(Kind::Custom(9), text)
+            .tags(tags)
+            .custom_created_at(Timestamp::now())
+            .sign_with_keys(author)
+            .expect("sign");
+        self.publish(author, &event);
+        event
+    }
+
+    /// Every chat event the agent published, as the relay holds them (each one's signature
+    /// checked).
+    pub fn agent_events(&self) -> Vec<nostr::Event> {
+        let client = RestClient::new(&self.relay.ws_url(), self.owner.clone());
+        let filter = Filter::new()
+            .author(self.agent.public_key())
+            .kind(Kind::Custom(9));
+        let events = self
+            .runtime
+            .block_on(client.query(&[filter]))
+            .expect("query");
+        for event in &events {
+            event.verify().expect("the agent's events are signed with its key");
+        }
+        events
+    }
+
+    /// The agent's answer to `trigger` (its `e` tag marked `reply`), waiting up to [`WAIT`].
+    pub fn answer_to(&self, trigger: &nostr::Event) -> Event {
+        let id = trigger.id.to_hex();
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let answer = self
+                .agent_events()
+                .into_iter()
+                .map(|e| model_event(&e))
+                .find(|e| e.thread_refs().reply.as_deref() == Some(id.as_str()));
+            if let Some(answer) = answer {
+                return answer;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no answer to {:?}",
+                trigger.content
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts the patched harness on the relay as the agent and waits until it is subscribed.
+    /// Its log goes to `harness-relay-N.log` in the scenario's root.
+    pub fn start(&self, agent_args: &[&str], extra: &[&str]) -> Background {
+        static STARTS: AtomicUsize = AtomicUsize::new(0);
+        let n = STARTS.fetch_add(1, Ordering::Relaxed);
+        let log_path = self.s.root.join(format!("harness-relay-{n}.log"));
+        let log = std::fs::File::create(&log_path).expect("harness log");
+        let url = self.relay.ws_url();
+        let secret = self.agent.secret_key().to_secret_hex();
+        let owner = self.owner.public_key().to_hex();
+        let relay = NostrRelayArgs {
+            url: &url,
+            secret_key_hex: &secret,
+            owner_hex: &owner,
+        };
+        let mut cmd = self.s.nostr_harness_command(
+            &harness_bin(),
+            &agent(&self.s, agent_args),
+            relay,
+            extra,
+        );
+        cmd.stdout(Stdio::null()).stderr(log);
+        let background = Background {
+            child: cmd.spawn().expect("start buzz-acp"),
+        };
+        let subscribed = crate::wait_until(WAIT, || {
+            std::fs::read_to_string(&log_path)
+                .ok()
+                .filter(|log| log.contains(SUBSCRIBED))
+                .map(|_| ())
+        });
+        assert!(
+            subscribed.is_some(),
+            "the harness did not subscribe:\n{}",
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        );
+        background
+    }
+}
+
+impl Default for RelayWorld {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A relay event as the model's event type (what the shared helpers read).
+pub fn model_event(event: &nostr::Event) -> Event {
+    Event {
+        id: event.id.to_hex(),
+        pubkey: event.pubkey.to_hex(),
+        created_at: event.created_at.as_secs(),
+        kind: u32::from(event.kind.as_u16()),
+        tags: event.tags.iter().map(|t| t.as_slice().to_vec()).collect(),
+        content: event.content.clone(),
+    }
+}
