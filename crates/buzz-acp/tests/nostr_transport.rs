@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use buzz_acp::rest::RestClient;
 use buzz_acp::testing::Scenario;
-use buzz_test_relay::{Faults, RelayConfig, RestFailure, RestFailureKind, TestRelay};
+use buzz_test_relay::{ClosedFault, Faults, RelayConfig, RestFailure, RestFailureKind, TestRelay};
 use common::*;
 use nostr::{Alphabet, EventBuilder, Filter, Keys, Kind, SingleLetterTag, Tag, Timestamp};
 use tempfile::TempDir;
@@ -347,6 +347,73 @@ async fn a_request_refused_more_often_than_it_retries_fails_with_the_relays_answ
         .expect_err("four failures");
     let text = err.to_string();
     assert!(text.contains("/query") && text.contains("503"), "{text}");
+}
+
+/// The relay closes both of the harness's first subscriptions with a reason that is neither
+/// about membership nor about auth (e.g. a relay restarting its subscription layer): the
+/// channel's subscription is requested again, and a mention is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_closed_for_another_reason_is_requested_again() {
+    let w = World::start(Faults {
+        closed: Some(ClosedFault {
+            reason: "error: shutting down idle subscriptions".into(),
+            count: 2,
+        }),
+        ..Faults::default()
+    })
+    .await;
+    let _h = w.harness(&[]).await;
+    let root = w.say(&w.owner, "still there?", None).await;
+    w.answer_to(&root).await;
+}
+
+/// `CLOSED` with an auth reason: the harness reconnects, authenticates again and
+/// resubscribes; the mention is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_closed_for_auth_makes_the_harness_reconnect() {
+    let w = World::start(Faults {
+        closed: Some(ClosedFault {
+            reason: "auth-required: session expired".into(),
+            count: 2,
+        }),
+        ..Faults::default()
+    })
+    .await;
+    let _h = w.harness(&[]).await;
+    let root = w.say(&w.owner, "after a new AUTH", None).await;
+    w.answer_to(&root).await;
+}
+
+/// A `NOTICE` right after the challenge is logged and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notice_changes_nothing() {
+    let w = World::start(Faults {
+        notice: Some("rate-limited: slow down".into()),
+        ..Faults::default()
+    })
+    .await;
+    let _h = w.harness(&[]).await;
+    let root = w.say(&w.owner, "hello", None).await;
+    w.answer_to(&root).await;
+}
+
+/// Nothing listens at the relay's address: the harness tries six times (after 1, 2, 4, 8 and
+/// 16 s) and then stops with the reason. On tokio's paused clock the waits take no time.
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_relay_is_tried_six_times_then_reported() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("ws://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let started = tokio::time::Instant::now();
+    let err = buzz_acp::nostr_relay::NostrRelay::connect(&url, Keys::generate())
+        .await
+        .expect_err("nothing listens there");
+    assert!(err.to_string().contains("connecting to the relay"), "{err}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1 + 2 + 4 + 8 + 16),
+        "five waits between six tries: {:?}",
+        started.elapsed()
+    );
 }
 
 /// A relay that refuses the agent's AUTH: the harness stops at once with the reason.
