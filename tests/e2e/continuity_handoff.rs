@@ -7,6 +7,7 @@
 //! it. Then something replaces or threatens the session, and the question comes. The test agent's
 //! reply lists every nonce its session has seen (`nonces=…`): the code word must be among them.
 
+use buzz_acp_fork_tests::relay::RelayWorld;
 use buzz_acp_fork_tests::*;
 
 /// The code word (a nonce for the test agent).
@@ -103,6 +104,44 @@ fn the_turn_limit_holds_across_restarts_and_the_rotation_hands_off() {
         "the count is carried with the receipt"
     );
     assert!(receipt.record.handoff.is_none(), "delivered, so forgotten");
+}
+
+/// The same over a real Nostr relay, with a restart between the code word and the question:
+/// the session that answered two turns is retired, and the question is answered by a new
+/// session that knows the code word from the old one's handoff. The thread is told once; the
+/// handoff itself is never published.
+#[test]
+fn over_a_relay_the_turn_limit_rotation_hands_the_code_word_on() {
+    let w = RelayWorld::new();
+    let limit = ["--max-turns-per-session", "2"];
+    let harness = w.start(&[], &limit);
+    let root = w.say(&w.owner, "a long thread starts here", None);
+    let r1 = w.answer_to(&root);
+    let root_id = root.id.to_hex();
+    let code = w.say(&w.owner, &format!("remember the code word {CODE}"), Some((&root_id, &r1.id)));
+    let mut last = w.answer_to(&code).id;
+    harness.stop().expect("the harness stops");
+    let someone = nostr::Keys::generate();
+    for i in 1..=14 {
+        last = w
+            .say(&someone, &format!("filler message number {i}"), Some((&root_id, &last)))
+            .id
+            .to_hex();
+    }
+
+    let harness = w.start(&[], &limit);
+    let question = w.say(&w.owner, "what was the code word?", Some((&root_id, &last)));
+    let answer = w.answer_to(&question);
+    harness.stop().expect("the harness stops");
+
+    assert_eq!(turns(&answer), 1, "a new session answered: {}", answer.content);
+    assert!(knows_code(&answer), "the handoff carried the code word: {}", answer.content);
+    let frames = wire(&w.s);
+    assert_eq!(session_order(&frames).len(), 2, "one rotation");
+    let published: Vec<String> = w.agent_events().into_iter().map(|e| e.content).collect();
+    assert!(published.iter().all(|p| !p.contains("Write a handoff")), "{published:?}");
+    let told = published.iter().filter(|p| p.contains("limit of 2 turns")).count();
+    assert_eq!(told, 1, "the thread is told once: {published:?}");
 }
 
 /// A turn that stops with `max_tokens` ends a long answer, not the session: the thread goes on

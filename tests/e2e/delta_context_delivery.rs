@@ -3,6 +3,7 @@
 //! with its receipt, so after a resume the first prompt carries only the
 //! events the loaded session has not seen.
 
+use buzz_acp_fork_tests::relay::RelayWorld;
 use buzz_acp_fork_tests::*;
 
 /// Two turns and some chatter, a restart, one new message: the first prompt
@@ -43,6 +44,36 @@ fn after_a_restart_the_first_prompt_holds_only_the_new_events() {
     );
     assert_eq!(turns(&r3), 3);
     insta::assert_json_snapshot!("restart_delta_wire_log", wire_view(&s));
+}
+
+/// The same over a real Nostr relay: while the harness is stopped, someone else writes in the
+/// thread; after the restart the owner's follow-up is answered on the loaded session, whose first
+/// prompt carries only that message (fetched from the relay), not the root it already had.
+#[test]
+fn over_a_relay_after_a_restart_the_first_prompt_holds_only_the_new_events() {
+    let w = RelayWorld::new();
+    let harness = w.start(&[], &[]);
+    let root = w.say(&w.owner, "Plan the release", None);
+    let r1 = w.answer_to(&root);
+    harness.stop().expect("the harness stops");
+
+    let root_id = root.id.to_hex();
+    let someone = nostr::Keys::generate();
+    let chatter = w.say(&someone, "fyi: freeze is on friday", Some((&root_id, &r1.id)));
+    let harness = w.start(&[], &[]);
+    let chatter_id = chatter.id.to_hex();
+    let q = w.say(&w.owner, "step two?", Some((&root_id, &chatter_id)));
+    let answer = w.answer_to(&q);
+    harness.stop().expect("the harness stops");
+
+    let frames = wire(&w.s);
+    assert_eq!(count_method(&frames, "session/new"), 1);
+    let p = prompts(&frames);
+    assert_eq!(p.len(), 2);
+    assert_eq!(context_entries(&p[1]), 1, "only the chatter is new: {}", p[1]);
+    assert!(p[1].contains("freeze is on friday"), "{}", p[1]);
+    assert!(!p[1].contains("Plan the release"), "the root is not re-sent: {}", p[1]);
+    assert_eq!(turns(&answer), 2);
 }
 
 /// The same after an idle pool sleep: the reloaded session gets the delta.
