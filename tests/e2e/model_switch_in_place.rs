@@ -2,6 +2,7 @@
 //! place, so no thread loses its session over it, and a restart with another model behaves the
 //! same way as the owner's `!model`.
 
+use buzz_acp_fork_tests::relay::RelayWorld;
 use buzz_acp_fork_tests::*;
 
 /// The `session/set_config_option` requests for `model`, as (session, value).
@@ -73,6 +74,29 @@ fn a_model_switch_is_applied_in_place_and_no_thread_loses_its_session() {
         models,
         [Some("test-large".into()), Some("test-large".into())]
     );
+}
+
+/// Over a real Nostr relay: the owner's `!model` is answered with the notice, and the thread's
+/// next turn runs on its own session, switched in place.
+#[test]
+fn over_a_relay_the_owners_model_switch_keeps_the_threads_session() {
+    let w = RelayWorld::new();
+    let harness = w.start(&[], &[]);
+    let one = w.say(&w.owner, "thread one", None);
+    let answered = w.answer_to(&one);
+    let one_id = one.id.to_hex();
+    let switch = w.say(&w.owner, "!model test-large", Some((&one_id, &answered.id)));
+    let notice = w.answer_to(&switch);
+    let q = w.say(&w.owner, "and thread one?", Some((&one_id, &notice.id)));
+    let a = w.answer_to(&q);
+    harness.stop().expect("the harness stops");
+
+    assert_eq!(notice.content, "Model set to test-large.");
+    assert_eq!(turns(&a), 2, "the thread kept its session: {}", a.content);
+    let frames = wire(&w.s);
+    assert_eq!(count_method(&frames, "session/new"), 1, "no new session");
+    let order = session_order(&frames);
+    assert_eq!(model_switches(&frames), vec![(order[0].clone(), "test-large".to_string())]);
 }
 
 /// A restart with another `--model` reopens the thread's session and switches it in place, as

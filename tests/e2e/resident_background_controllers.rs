@@ -4,6 +4,7 @@
 //! window is closed; residency counts against capacity; disposal happens once
 //! per trigger and leaves the receipt for a warm resume.
 
+use buzz_acp_fork_tests::relay::RelayWorld;
 use buzz_acp_fork_tests::*;
 
 /// The methods one agent process received, in order.
@@ -54,6 +55,35 @@ fn a_follow_up_continues_hot_on_the_resident_session() {
     assert_eq!(served_as(&frames, &a.id), ["new", "continued"]);
     let a_worker = frames[0].pid;
     insta::assert_json_snapshot!("hot_worker_methods", methods_of(&frames, a_worker));
+}
+
+/// The same over a real Nostr relay: while thread B's turn is held open, A's follow-up is
+/// answered on A's live session (no `session/load`, no third session).
+#[test]
+fn over_a_relay_a_follow_up_continues_hot_while_another_thread_is_busy() {
+    let w = RelayWorld::new();
+    let harness = w.start(&[], &["--agents", "2", "--lazy-pool"]);
+    let a = w.say(&w.owner, "thread A: remember alpha-7301", None);
+    let ra = w.answer_to(&a);
+    let b = w.say(&w.owner, "thread B is slow !gate:b", None);
+    wait_until(WAIT, || {
+        (w.s.observer_records("prompt_context_delivery").len() == 2).then_some(())
+    })
+    .expect("B dispatched");
+    let a_id = a.id.to_hex();
+    let qa = w.say(&w.owner, "A again", Some((&a_id, &ra.id)));
+    let ra2 = w.answer_to(&qa);
+    assert!(w.answer_now(&b).is_none(), "A was answered while B still ran");
+    w.s.open_gate("b").unwrap();
+    w.answer_to(&b);
+    harness.stop().expect("the harness stops");
+
+    let frames = wire(&w.s);
+    assert_eq!(count_method(&frames, "session/load"), 0);
+    assert_eq!(count_method(&frames, "session/new"), 2, "A and B, nothing more");
+    let prompts = prompt_texts(&frames);
+    assert_eq!(prompts[2].0, prompts[0].0, "the follow-up ran on A's session");
+    assert_eq!(turns(&ra2), 2);
 }
 
 /// With `--multiple-event-handling queue`, a message that arrives while its

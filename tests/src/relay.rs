@@ -122,17 +122,20 @@ impl RelayWorld {
         events
     }
 
+    /// The agent's answer to `trigger` (its `e` tag marked `reply`), if the relay holds one now.
+    pub fn answer_now(&self, trigger: &nostr::Event) -> Option<Event> {
+        let id = trigger.id.to_hex();
+        self.agent_events()
+            .into_iter()
+            .map(|e| model_event(&e))
+            .find(|e| e.thread_refs().reply.as_deref() == Some(id.as_str()))
+    }
+
     /// The agent's answer to `trigger` (its `e` tag marked `reply`), waiting up to [`WAIT`].
     pub fn answer_to(&self, trigger: &nostr::Event) -> Event {
-        let id = trigger.id.to_hex();
         let deadline = std::time::Instant::now() + WAIT;
         loop {
-            let answer = self
-                .agent_events()
-                .into_iter()
-                .map(|e| model_event(&e))
-                .find(|e| e.thread_refs().reply.as_deref() == Some(id.as_str()));
-            if let Some(answer) = answer {
+            if let Some(answer) = self.answer_now(trigger) {
                 return answer;
             }
             assert!(
