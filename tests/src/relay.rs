@@ -41,7 +41,8 @@ pub struct RelayWorld {
 }
 
 impl RelayWorld {
-    /// Starts a relay where the agent belongs to [`RELAY_CHANNEL`] (`#general`, a stream).
+    /// Starts a relay where the agent belongs to [`RELAY_CHANNEL`] (`#general`, a stream, as the
+    /// relay's own group events say).
     pub fn new() -> RelayWorld {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -60,18 +61,15 @@ impl RelayWorld {
             _dir: dir,
             runtime,
         };
-        let admin = Keys::generate();
-        let channel_tag = Tag::parse(["d", RELAY_CHANNEL]).expect("d tag");
-        let members = EventBuilder::new(Kind::Custom(39002), "")
-            .tags([channel_tag.clone(), Tag::public_key(world.agent.public_key())])
-            .sign_with_keys(&admin)
-            .expect("sign");
-        let metadata = EventBuilder::new(Kind::Custom(39000), "")
-            .tags([channel_tag, Tag::parse(["name", "general"]).expect("name tag")])
-            .sign_with_keys(&admin)
-            .expect("sign");
-        world.publish(&admin, &members);
-        world.publish(&admin, &metadata);
+        world
+            .runtime
+            .block_on(world.relay.add_channel(
+                RELAY_CHANNEL,
+                "general",
+                "stream",
+                &[world.agent.public_key()],
+            ))
+            .expect("the agent's channel");
         world
     }
 

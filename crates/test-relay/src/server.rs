@@ -50,6 +50,14 @@ pub enum RelayError {
     /// The bound address could not be read back.
     #[error("reading the bound address: {0}")]
     LocalAddr(std::io::Error),
+    /// A channel's group events could not be stored.
+    #[error("seeding channel {channel}: {reason}")]
+    Seed {
+        /// The channel.
+        channel: String,
+        /// Why.
+        reason: String,
+    },
     /// The relay's own URL did not parse (it always should).
     #[error("relay URL {url}: {reason}")]
     Url {
@@ -162,6 +170,55 @@ impl TestRelay {
     /// open keep the `notice` and `drop_connections_after` they opened with.
     pub fn set_faults(&self, faults: Faults) {
         self.shared.faults.replace(faults);
+    }
+
+    /// Makes `members` the members of channel `channel` (a UUID) called `name`, of type
+    /// `channel_type` (`stream`, `dm`, …): the NIP-29 group events a Buzz relay keeps, signed with
+    /// this relay's own key as the Buzz relay signs them: kind 39002 (`d` = the channel, one `p`
+    /// per member) and kind 39000 (`d`, `name`, `t` = the type). A client discovers its channels
+    /// by querying 39002 for its own key, and what they are from 39000.
+    ///
+    /// # Errors
+    ///
+    /// [`RelayError::Seed`] when an event cannot be signed or is not stored.
+    pub async fn add_channel(
+        &self,
+        channel: &str,
+        name: &str,
+        channel_type: &str,
+        members: &[PublicKey],
+    ) -> Result<(), RelayError> {
+        let seed = |reason: String| RelayError::Seed {
+            channel: channel.to_owned(),
+            reason,
+        };
+        let d = nostr::Tag::parse(["d", channel]).map_err(|e| seed(e.to_string()))?;
+        let mut member_tags = vec![d.clone()];
+        member_tags.extend(members.iter().map(|m| nostr::Tag::public_key(*m)));
+        let metadata_tags = vec![
+            d,
+            nostr::Tag::parse(["name", name]).map_err(|e| seed(e.to_string()))?,
+            nostr::Tag::parse(["t", channel_type]).map_err(|e| seed(e.to_string()))?,
+        ];
+        for (kind, tags) in [(39002, member_tags), (39000, metadata_tags)] {
+            let event = nostr::EventBuilder::new(nostr::Kind::Custom(kind), "")
+                .tags(tags)
+                .sign_with_keys(&self.shared.keys)
+                .map_err(|e| seed(e.to_string()))?;
+            let verdict = crate::ingest::publish(
+                &self.shared.relay,
+                &self.shared.keys,
+                &self.shared.relay_url,
+                self.addr,
+                event,
+            )
+            .await
+            .map_err(|e| seed(e.to_string()))?;
+            if !verdict.accepted {
+                return Err(seed(verdict.message));
+            }
+        }
+        Ok(())
     }
 
     /// Closes every live subscription of every open connection now: each client gets `CLOSED`

@@ -583,3 +583,47 @@ async fn query_pages_backwards_with_until_and_before_id() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_seeded_channel_is_found_by_its_members_and_signed_by_the_relay() {
+    let relay = start().await;
+    let member = Keys::generate();
+    relay
+        .add_channel(CHANNEL, "general", "stream", &[member.public_key()])
+        .await
+        .expect("seeded");
+    let filters = json!([{"kinds": [39002], "#p": [member.public_key().to_hex()]}]).to_string();
+    let answer = post(&relay, &member, "/query", filters.as_bytes()).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let events: Vec<nostr::Event> = serde_json::from_value(answer.body).expect("events");
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        events[0].pubkey,
+        relay.public_key(),
+        "signed by the relay's own key"
+    );
+    events[0].verify().expect("a valid signature");
+    let d: Vec<&str> = events[0]
+        .tags
+        .iter()
+        .filter(|t| t.as_slice()[0] == "d")
+        .map(|t| t.as_slice()[1].as_str())
+        .collect();
+    assert_eq!(d, [CHANNEL]);
+    let filters = json!([{"kinds": [39000], "#d": [CHANNEL]}]).to_string();
+    let answer = post(&relay, &member, "/query", filters.as_bytes()).await;
+    let events: Vec<nostr::Event> = serde_json::from_value(answer.body).expect("events");
+    let tags: Vec<Vec<String>> = events[0]
+        .tags
+        .iter()
+        .map(|t| t.as_slice().to_vec())
+        .collect();
+    assert!(
+        tags.contains(&vec!["name".to_owned(), "general".to_owned()]),
+        "{tags:?}"
+    );
+    assert!(
+        tags.contains(&vec!["t".to_owned(), "stream".to_owned()]),
+        "{tags:?}"
+    );
+}

@@ -1,0 +1,306 @@
+//! Mention → answer over a real Nostr relay: the baseline and the patched harness side by side
+//! in one run.
+//!
+//! Each run starts, for each build in turn (the order alternates between runs), a fresh test
+//! relay in this process, the harness on it (`--relay-url`, the agent's key), and an observer
+//! that has subscribed to the agent's replies over its own websocket (NIP-42 authenticated).
+//! The owner then posts, through the relay's REST side, a mention that opens a thread (served
+//! with `session/new`), and after its answer a follow-up in the same thread (hot on both
+//! builds: within one process the baseline keeps the session too). The time measured is from
+//! the owner's `POST /events` until the observer receives the answer: the whole path a user
+//! sees, through the relay both ways. The table shows medians, the 90th percentile and the
+//! ratio patched / baseline.
+//!
+//! ```sh
+//! relay-latency --baseline target/debug/buzz-acp --patched target/patched/buzz-acp \
+//!     --agent target/debug/acp-test-agent --runs 15
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use buzz_acp::rest::RestClient;
+use buzz_acp::testing::{NostrRelayArgs, Scenario};
+use buzz_bench::{BenchError, ctx, median, ms, quantile, scenario};
+use buzz_test_relay::{RelayConfig, TestRelay};
+use clap::Parser;
+use futures::{SinkExt as _, StreamExt as _};
+use nostr::{
+    ClientMessage, EventBuilder, Filter, JsonUtil as _, Keys, Kind, RelayMessage, RelayUrl,
+    SubscriptionId, Tag, Timestamp,
+};
+use tokio_tungstenite::tungstenite::Message;
+
+const CHANNEL: &str = "0b8e2d4c-1f3a-4c5e-9d7b-2a6f8e1c3b5d";
+const WAIT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// The baseline buzz-acp binary.
+    #[arg(long)]
+    baseline: PathBuf,
+    /// The patched buzz-acp binary.
+    #[arg(long)]
+    patched: PathBuf,
+    /// The acp-test-agent binary.
+    #[arg(long)]
+    agent: PathBuf,
+    /// Repetitions per build.
+    #[arg(long, default_value_t = 15)]
+    runs: usize,
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A websocket subscribed to the agent's chat events.
+struct Observer {
+    socket: Socket,
+}
+
+impl Observer {
+    async fn subscribe(relay: &TestRelay, keys: &Keys, agent: &Keys) -> Result<Self, BenchError> {
+        let (mut socket, _) = ctx(
+            tokio_tungstenite::connect_async(relay.ws_url()).await,
+            "observer: connecting",
+        )?;
+        let challenge = loop {
+            match next_message(&mut socket).await? {
+                RelayMessage::Auth { challenge } => break challenge.into_owned(),
+                _ => continue,
+            }
+        };
+        let url = ctx(RelayUrl::parse(&relay.ws_url()), "observer: relay url")?;
+        let auth = ctx(
+            EventBuilder::auth(challenge, url).sign_with_keys(keys),
+            "observer: signing AUTH",
+        )?;
+        send(&mut socket, ClientMessage::auth(auth)).await?;
+        let filter = Filter::new()
+            .author(agent.public_key())
+            .kind(Kind::Custom(9))
+            .since(Timestamp::now());
+        send(
+            &mut socket,
+            ClientMessage::req(SubscriptionId::new("answers"), vec![filter]),
+        )
+        .await?;
+        loop {
+            if let RelayMessage::EndOfStoredEvents(_) = next_message(&mut socket).await? {
+                return Ok(Observer { socket });
+            }
+        }
+    }
+
+    /// Waits for the agent's event answering `trigger` (its `e` tag marked `reply`).
+    async fn answer_to(&mut self, trigger: &nostr::Event) -> Result<nostr::Event, BenchError> {
+        let id = trigger.id.to_hex();
+        loop {
+            if let RelayMessage::Event { event, .. } = next_message(&mut self.socket).await? {
+                let answers = event.tags.iter().any(|t| {
+                    let t = t.as_slice();
+                    t.first().map(String::as_str) == Some("e")
+                        && t.get(1) == Some(&id)
+                        && t.get(3).map(String::as_str) == Some("reply")
+                });
+                if answers {
+                    return Ok(event.into_owned());
+                }
+            }
+        }
+    }
+}
+
+async fn send(socket: &mut Socket, message: ClientMessage<'_>) -> Result<(), BenchError> {
+    ctx(
+        socket.send(Message::text(message.as_json())).await,
+        "observer: sending",
+    )
+}
+
+async fn next_message(socket: &mut Socket) -> Result<RelayMessage<'static>, BenchError> {
+    loop {
+        let frame = ctx(
+            tokio::time::timeout(WAIT, socket.next()).await,
+            "observer: waiting for the relay",
+        )?;
+        match frame {
+            Some(Ok(Message::Text(text))) => {
+                return ctx(RelayMessage::from_json(text.as_str()), "observer: reading");
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(BenchError(format!("observer: {e}"))),
+            None => return Err(BenchError("observer: the relay closed the socket".into())),
+        }
+    }
+}
+
+/// A mention by `owner` in the channel; `thread` = (root, parent).
+fn mention(
+    owner: &Keys,
+    agent: &Keys,
+    text: &str,
+    thread: Option<(&nostr::Event, &nostr::Event)>,
+) -> Result<nostr::Event, BenchError> {
+    let mut tags = vec![
+        ctx(Tag::parse(["h", CHANNEL]), "h tag")?,
+        Tag::public_key(agent.public_key()),
+    ];
+    if let Some((root, parent)) = thread {
+        tags.push(ctx(
+            Tag::parse(["e", &root.id.to_hex(), "", "root"]),
+            "e tag",
+        )?);
+        tags.push(ctx(
+            Tag::parse(["e", &parent.id.to_hex(), "", "reply"]),
+            "e tag",
+        )?);
+    }
+    ctx(
+        EventBuilder::new(Kind::Custom(9), text)
+            .tags(tags)
+            .sign_with_keys(owner),
+        "signing a mention",
+    )
+}
+
+/// (mention → answer for a new thread, for a hot follow-up).
+async fn sample(harness: &Path, agent_bin: &Path) -> Result<(Duration, Duration), BenchError> {
+    let relay = ctx(
+        TestRelay::start(RelayConfig::default()).await,
+        "starting the relay",
+    )?;
+    let (agent, owner) = (Keys::generate(), Keys::generate());
+    ctx(
+        relay
+            .add_channel(CHANNEL, "general", "stream", &[agent.public_key()])
+            .await,
+        "seeding the channel",
+    )?;
+    let (_dir, mut s) = scenario()?;
+    // Poll the event queue often, so polling does not drown what is measured.
+    s.poll_ms = 2;
+    let log_path = s.root.join("harness.log");
+    let mut harness = start_harness(&s, harness, agent_bin, &relay, &agent, &owner, &log_path)?;
+    let subscribed = wait_for_log(&log_path, "connected, authenticated and subscribed").await;
+    let result = async {
+        subscribed?;
+        let mut observer = Observer::subscribe(&relay, &owner, &agent).await?;
+        let rest = RestClient::new(&relay.ws_url(), owner.clone());
+        let root = mention(&owner, &agent, "plan the release", None)?;
+        let started = Instant::now();
+        ctx(rest.publish(&root).await, "posting the mention")?;
+        let first_answer = observer.answer_to(&root).await?;
+        let first = started.elapsed();
+        let follow_up = mention(&owner, &agent, "and then?", Some((&root, &first_answer)))?;
+        let started = Instant::now();
+        ctx(rest.publish(&follow_up).await, "posting the follow-up")?;
+        observer.answer_to(&follow_up).await?;
+        Ok((first, started.elapsed()))
+    }
+    .await;
+    let _ = harness.kill();
+    let _ = harness.wait();
+    result
+}
+
+fn start_harness(
+    s: &Scenario,
+    harness: &Path,
+    agent_bin: &Path,
+    relay: &TestRelay,
+    agent: &Keys,
+    owner: &Keys,
+    log_path: &Path,
+) -> Result<std::process::Child, BenchError> {
+    let log = ctx(std::fs::File::create(log_path), "creating the harness log")?;
+    let (url, secret, owner) = (
+        relay.ws_url(),
+        agent.secret_key().to_secret_hex(),
+        owner.public_key().to_hex(),
+    );
+    let relay_args = NostrRelayArgs {
+        url: &url,
+        secret_key_hex: &secret,
+        owner_hex: &owner,
+    };
+    let mut cmd =
+        s.nostr_harness_command(harness, &s.agent_command(agent_bin, &[]), relay_args, &[]);
+    cmd.stdout(std::process::Stdio::null()).stderr(log);
+    ctx(cmd.spawn(), "starting buzz-acp")
+}
+
+async fn wait_for_log(path: &Path, line: &str) -> Result<(), BenchError> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if std::fs::read_to_string(path).is_ok_and(|log| log.contains(line)) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let log = std::fs::read_to_string(path).unwrap_or_default();
+            return Err(BenchError(format!(
+                "the harness never said {line:?}:\n{log}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn ratio(patched: Duration, baseline: Duration) -> String {
+    format!(
+        "{:.2}",
+        patched.as_secs_f64() / baseline.as_secs_f64().max(1e-9)
+    )
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BenchError> {
+    let args = Args::parse();
+    let mut baseline = (Vec::new(), Vec::new());
+    let mut patched = (Vec::new(), Vec::new());
+    for run in 0..args.runs {
+        let order = if run % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for is_patched in order {
+            let (binary, into) = if is_patched {
+                (&args.patched, &mut patched)
+            } else {
+                (&args.baseline, &mut baseline)
+            };
+            let (first, hot) = sample(binary, &args.agent).await?;
+            into.0.push(first);
+            into.1.push(hot);
+        }
+    }
+    println!(
+        "| over the test relay, {} runs each (ms) | baseline | patched | patched / baseline |",
+        args.runs
+    );
+    println!("|---|---:|---:|---:|");
+    for (label, b, p) in [
+        (
+            "mention → answer, new thread (median)",
+            &baseline.0,
+            &patched.0,
+        ),
+        ("hot follow-up → answer (median)", &baseline.1, &patched.1),
+    ] {
+        let (bm, pm) = (median(b.clone()), median(p.clone()));
+        println!("| {label} | {} | {} | {} |", ms(bm), ms(pm), ratio(pm, bm));
+    }
+    for (label, b, p) in [
+        (
+            "mention → answer, new thread (p90)",
+            &baseline.0,
+            &patched.0,
+        ),
+        ("hot follow-up → answer (p90)", &baseline.1, &patched.1),
+    ] {
+        let (bq, pq) = (quantile(b.clone(), 0.9), quantile(p.clone(), 0.9));
+        println!("| {label} | {} | {} | {} |", ms(bq), ms(pq), ratio(pq, bq));
+    }
+    Ok(())
+}
