@@ -54,6 +54,8 @@ pub const SINCE_SKEW_SECS: u64 = 5;
 pub const EVENT_BUFFER: usize = 256;
 /// Events of each channel fetched for its history when it is subscribed.
 pub const HISTORY_FETCH: usize = 500;
+/// How far [`NostrRelay::history`] follows a reply chain to order messages of the same second.
+pub const MAX_REPLY_DEPTH: usize = 10_000;
 /// Ids remembered for de-duplication (two generations of this size).
 pub const DEDUP_GENERATION: usize = 6_000;
 
@@ -234,6 +236,28 @@ impl NostrRelay {
         self.events.push(event);
     }
 
+    /// How many known messages stand above `event` in its reply chain (its `reply` marker, that
+    /// message's, …), at most [`MAX_REPLY_DEPTH`].
+    fn reply_depth(&self, event: &Event) -> usize {
+        let mut depth = 0;
+        let mut parent = event
+            .thread_refs()
+            .reply
+            .or_else(|| event.thread_refs().root);
+        while let Some(id) = parent {
+            let Some(&index) = self.by_id.get(&id) else {
+                break;
+            };
+            depth += 1;
+            if depth >= MAX_REPLY_DEPTH {
+                break;
+            }
+            let refs = self.events[index].thread_refs();
+            parent = refs.reply.or(refs.root).filter(|p| *p != id);
+        }
+        depth
+    }
+
     /// Whether `id` was delivered before (two bounded generations, as upstream).
     fn first_delivery(&mut self, id: &str) -> bool {
         if self.seen.contains(id) || self.seen_old.contains(id) {
@@ -329,11 +353,11 @@ impl Relay for NostrRelay {
             .get(channel)
             .map(|ix| ix.iter().map(|&i| &self.events[i]).collect())
             .unwrap_or_default();
-        events.sort_by(|a, b| {
-            a.created_at
-                .cmp(&b.created_at)
-                .then_with(|| a.id.cmp(&b.id))
-        });
+        // `created_at` has a resolution of one second, so messages written in the same second
+        // tie. Among them a reply comes after the message it answers (its depth in the reply
+        // chain is greater), then the relay's own order (newest first by id ascending, reversed
+        // when fetched) decides.
+        events.sort_by_cached_key(|e| (e.created_at, self.reply_depth(e)));
         events
     }
 

@@ -289,6 +289,47 @@ async fn a_follow_up_gets_its_thread_from_the_relay() {
     );
 }
 
+/// Messages of one second tie on `created_at`: the history still puts each reply after the message
+/// it answers, so the window holds the thread's last messages, not a random few of that second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_written_within_one_second_keeps_its_order() {
+    let w = World::start(Faults::default()).await;
+    let second = Timestamp::from(Timestamp::now().as_secs() - 60);
+    let root = w.said(&w.owner, "the root", None, second).await;
+    let mut parent = root.clone();
+    let someone = Keys::generate();
+    for word in ["one", "two", "three", "four", "five", "six"] {
+        parent = w
+            .said(
+                &someone,
+                &format!("message {word}"),
+                Some((&root, &parent)),
+                second,
+            )
+            .await;
+    }
+    let _h = w.harness(&["--context-message-limit", "2"]).await;
+    let follow_up = w
+        .say(&w.owner, "what came last?", Some((&root, &parent)))
+        .await;
+    w.answer_to(&follow_up).await;
+    let prompt = prompts(&wire(&w.s)).remove(0);
+    for kept in ["message five", "message six"] {
+        assert!(
+            prompt.contains(kept),
+            "{kept} is among the last two: {prompt}"
+        );
+    }
+    for dropped in [
+        "message one",
+        "message two",
+        "message three",
+        "message four",
+    ] {
+        assert!(!prompt.contains(dropped), "{dropped} is not: {prompt}");
+    }
+}
+
 /// A relay that drops every connection after two seconds: the harness reconnects,
 /// re-authenticates and resubscribes, and a mention posted after a drop is answered once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
