@@ -5,9 +5,10 @@
 //! these ignored tests). Every scenario proves what the MODEL received, from the tag the fake
 //! LLM puts in each reply (`[fake-llm user_messages=N nonces=…]`):
 //!
-//! - `*_resumes_after_restart`: a fact told early in a thread, far outside the context window
-//!   (`--context-message-limit 3`), reaches the model after a restart on the patched harness;
-//!   the baseline's fresh session has lost it (side by side).
+//! - `*_resumes_after_restart`, over a real Nostr relay ([`relay_rig`]): a fact told early in a
+//!   thread, far outside the context window (`--context-message-limit 3`), reaches the model
+//!   after a restart on the patched harness; the baseline's fresh session has lost it (side by
+//!   side).
 //! - `*_resumes_after_idle_pool_sleep`: the same across an idle pool sleep of a running harness
 //!   (`--lazy-pool --idle-pool-sleep 1`), baseline side by side.
 //! - `*_continues_hot`: a follow-up on a running harness continues the live session: no
@@ -16,7 +17,8 @@
 //!   switch in place (and, where the agent refuses it, a rotation with a handoff), proven on the
 //!   wire and in what the fake LLM received.
 //!
-//! Modules: [`rig`] (one scenario's fake LLM, relay, agent home and readings), [`continuity`].
+//! Modules: [`rig`] (one scenario's fake LLM, relay, agent home and readings), [`relay_rig`] (the
+//! same over the test relay), [`continuity`].
 //! After every harness exit, no process of the agent's throw-away home may be left.
 
 use buzz_acp::testing::wait_until;
@@ -27,34 +29,48 @@ use real_adapters::Adapter;
 use real_adapters::binaries::{baseline_harness, patched_harness};
 
 mod continuity;
+mod relay_rig;
 mod rig;
 
 use continuity::{
     lost_transcript_gets_the_whole_thread, switches_model_in_place,
     turn_limit_rotates_with_a_handoff_across_a_restart,
 };
-use rig::{ONCE, REPLY, Result, Rig, fact_for, fail};
+use relay_rig::RelaySide;
+use rig::{REPLY, Result, Rig, fact_for, fail};
 
 /// The context window of the restore scenarios: the root plus the last three replies.
 const WINDOW: &[&str] = &["--context-message-limit", "3"];
 
-/// Teaches a fact in a thread with `--once` runs, buries it under chatter, restarts the
-/// harness for a question, and returns what the model saw when answering it.
+/// Over a real Nostr relay: teaches a fact in a thread to a running harness, stops it, buries the
+/// fact under chatter written meanwhile, starts the harness again for a question, and returns
+/// what the model saw when answering it.
 fn restart_scenario(adapter: Adapter, harness: &Path, fact: &str) -> Result<Observation> {
-    let mut rig = Rig::new(adapter)?;
-    let root = rig.post_top("We are planning the storage migration.")?;
-    rig.run_once(harness, WINDOW, ONCE)?;
-    let (r0, _) = rig.reply_to(&root, REPLY)?;
-    let told = rig.post_reply(&root, &r0, &format!("Remember the code word {fact}."))?;
-    rig.run_once(harness, WINDOW, ONCE)?;
-    let (r1, seen) = rig.reply_to(&told, REPLY)?;
+    let rig = Rig::new(adapter)?;
+    let side = RelaySide::start()?;
+    let live = rig.live_on_relay(&side, harness, WINDOW)?;
+    let root = side.say(&side.owner, "We are planning the storage migration.", None)?;
+    let (r0, _) = rig.relay_reply_to(&side, &root, REPLY)?;
+    let told = side.say(
+        &side.owner,
+        &format!("Remember the code word {fact}."),
+        Some((&root, &r0)),
+    )?;
+    let (r1, seen) = rig.relay_reply_to(&side, &told, REPLY)?;
     if !seen.nonces.contains(fact) {
         return Err(fail(format!("the model never received {fact}: {seen:?}")));
     }
-    let last = rig.post_chatter(&root, r1, 4)?;
-    let question = rig.post_reply(&root, &last, "What was the code word?")?;
-    rig.run_once(harness, WINDOW, ONCE)?;
-    let (_, seen) = rig.reply_to(&question, REPLY)?;
+    live.stop()?;
+    rig.assert_no_agent_left()?;
+    let mut last = r1;
+    for i in 0..4 {
+        let text = format!("chatter {i}: nothing to remember here");
+        last = side.say(&side.someone, &text, Some((&root, &last)))?;
+    }
+    let live = rig.live_on_relay(&side, harness, WINDOW)?;
+    let question = side.say(&side.owner, "What was the code word?", Some((&root, &last)))?;
+    let (_, seen) = rig.relay_reply_to(&side, &question, REPLY)?;
+    live.stop()?;
     rig.assert_no_agent_left()?;
     Ok(seen)
 }
