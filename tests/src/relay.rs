@@ -9,13 +9,13 @@
 
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use buzz_acp::relay::Event;
-use buzz_acp::rest::RestClient;
-use buzz_acp::testing::{NostrRelayArgs, Scenario};
+use buzz_acp::testing::{
+    ChatMessage, NostrRelayArgs, Scenario, agent_messages, answer_among, post_chat,
+};
 use buzz_test_relay::{RelayConfig, TestRelay};
-use nostr::{EventBuilder, Filter, Keys, Kind, Tag, Timestamp};
+use nostr::{Keys, Timestamp};
 
 use crate::{Background, CheckedDir, WAIT, agent, harness_bin, scenario};
 
@@ -73,76 +73,42 @@ impl RelayWorld {
         world
     }
 
-    /// Publishes `event` as `author` through the relay's REST side.
-    pub fn publish(&self, author: &Keys, event: &nostr::Event) {
-        let client = RestClient::new(&self.relay.ws_url(), author.clone());
-        let published = self
-            .runtime
-            .block_on(client.publish(event))
-            .expect("published");
-        assert!(published.accepted, "{published:?}");
-    }
-
     /// `author` says `text` in the channel mentioning the agent; `thread` = the ids of the
     /// thread's root and of the message answered.
     pub fn say(&self, author: &Keys, text: &str, thread: Option<(&str, &str)>) -> nostr::Event {
-        let mut tags = vec![
-            Tag::parse(["h", RELAY_CHANNEL]).expect("h tag"),
-            Tag::public_key(self.agent.public_key()),
-        ];
-        if let Some((root, parent)) = thread {
-            tags.push(Tag::parse(["e", root, "", "root"]).expect("root tag"));
-            tags.push(Tag::parse(["e", parent, "", "reply"]).expect("reply tag"));
-        }
-        let event = EventBuilder::new(Kind::Custom(9), text)
-            .tags(tags)
-            .custom_created_at(Timestamp::now())
-            .sign_with_keys(author)
-            .expect("sign");
-        self.publish(author, &event);
-        event
+        let message = ChatMessage {
+            channel: RELAY_CHANNEL,
+            mention: Some(self.agent.public_key()),
+            text,
+            thread,
+            at: Timestamp::now(),
+        };
+        self.runtime
+            .block_on(post_chat(&self.relay.ws_url(), author, message))
+            .expect("posted")
     }
 
-    /// Every chat event the agent published, as the relay holds them (each one's signature
-    /// checked).
-    pub fn agent_events(&self) -> Vec<nostr::Event> {
-        let client = RestClient::new(&self.relay.ws_url(), self.owner.clone());
-        let filter = Filter::new()
-            .author(self.agent.public_key())
-            .kind(Kind::Custom(9));
-        let events = self
-            .runtime
-            .block_on(client.query(&[filter]))
-            .expect("query");
-        for event in &events {
-            event.verify().expect("the agent's events are signed with its key");
-        }
-        events
+    /// Every chat event the agent published, as the relay holds them (each one's id and
+    /// signature checked).
+    pub fn agent_events(&self) -> Vec<Event> {
+        self.runtime
+            .block_on(agent_messages(
+                &self.relay.ws_url(),
+                &self.owner,
+                self.agent.public_key(),
+            ))
+            .expect("the agent's messages")
     }
 
     /// The agent's answer to `trigger` (its `e` tag marked `reply`), if the relay holds one now.
     pub fn answer_now(&self, trigger: &nostr::Event) -> Option<Event> {
-        let id = trigger.id.to_hex();
-        self.agent_events()
-            .into_iter()
-            .map(|e| model_event(&e))
-            .find(|e| e.thread_refs().reply.as_deref() == Some(id.as_str()))
+        answer_among(self.agent_events(), &trigger.id.to_hex())
     }
 
-    /// The agent's answer to `trigger` (its `e` tag marked `reply`), waiting up to [`WAIT`].
+    /// The agent's answer to `trigger`, waiting up to [`WAIT`].
     pub fn answer_to(&self, trigger: &nostr::Event) -> Event {
-        let deadline = std::time::Instant::now() + WAIT;
-        loop {
-            if let Some(answer) = self.answer_now(trigger) {
-                return answer;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no answer to {:?}",
-                trigger.content
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        crate::wait_until(WAIT, || self.answer_now(trigger))
+            .unwrap_or_else(|| panic!("no answer to {:?}", trigger.content))
     }
 
     /// Starts the patched harness on the relay as the agent and waits until it is subscribed.
@@ -188,17 +154,5 @@ impl RelayWorld {
 impl Default for RelayWorld {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// A relay event as the model's event type (what the shared helpers read).
-pub fn model_event(event: &nostr::Event) -> Event {
-    Event {
-        id: event.id.to_hex(),
-        pubkey: event.pubkey.to_hex(),
-        created_at: event.created_at.as_secs(),
-        kind: u32::from(event.kind.as_u16()),
-        tags: event.tags.iter().map(|t| t.as_slice().to_vec()).collect(),
-        content: event.content.clone(),
     }
 }

@@ -506,3 +506,95 @@ fn quote(s: &str) -> String {
         format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
+
+/// A chat message a person posts on a Nostr relay ([`post_chat`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ChatMessage<'a> {
+    /// The channel (`h` tag).
+    pub channel: &'a str,
+    /// Whom it mentions (`p` tag), usually the agent.
+    pub mention: Option<nostr::PublicKey>,
+    /// The text.
+    pub text: &'a str,
+    /// (root id, parent id) for a reply in a thread (NIP-10 `root` and `reply` markers).
+    pub thread: Option<(&'a str, &'a str)>,
+    /// When it was written.
+    pub at: nostr::Timestamp,
+}
+
+/// Why a chat message could not be posted or the agent's messages read.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    /// The relay's REST side failed.
+    #[error(transparent)]
+    Rest(#[from] crate::rest::RestError),
+    /// A tag or the signature could not be made.
+    #[error("building the message: {0}")]
+    Build(String),
+    /// The relay answered but did not store the message.
+    #[error("the relay refused the message: {0}")]
+    Refused(String),
+    /// One of the agent's messages does not verify.
+    #[error("an event of the agent fails verification: {0}")]
+    Forged(String),
+}
+
+/// Signs `message` as `author` and publishes it through the REST side of the relay at
+/// `relay_url` (`POST /events` with NIP-98), as a Buzz client posts. The signed event.
+pub async fn post_chat(
+    relay_url: &str,
+    author: &nostr::Keys,
+    message: ChatMessage<'_>,
+) -> Result<nostr::Event, ChatError> {
+    let tag = |parts: &[&str]| {
+        nostr::Tag::parse(parts.iter().copied()).map_err(|e| ChatError::Build(e.to_string()))
+    };
+    let mut tags = vec![tag(&["h", message.channel])?];
+    tags.extend(message.mention.map(nostr::Tag::public_key));
+    if let Some((root, parent)) = message.thread {
+        tags.push(tag(&["e", root, "", "root"])?);
+        tags.push(tag(&["e", parent, "", "reply"])?);
+    }
+    let event = nostr::EventBuilder::new(nostr::Kind::Custom(9), message.text)
+        .tags(tags)
+        .custom_created_at(message.at)
+        .sign_with_keys(author)
+        .map_err(|e| ChatError::Build(e.to_string()))?;
+    let published = crate::rest::RestClient::new(relay_url, author.clone())
+        .publish(&event)
+        .await?;
+    if !published.accepted {
+        return Err(ChatError::Refused(published.message));
+    }
+    Ok(event)
+}
+
+/// Every chat message (kind 9) `agent` published on the relay at `relay_url`, read as `reader`,
+/// each one's id and signature checked.
+pub async fn agent_messages(
+    relay_url: &str,
+    reader: &nostr::Keys,
+    agent: nostr::PublicKey,
+) -> Result<Vec<Event>, ChatError> {
+    let filter = nostr::Filter::new()
+        .author(agent)
+        .kind(nostr::Kind::Custom(9));
+    let events = crate::rest::RestClient::new(relay_url, reader.clone())
+        .query(&[filter])
+        .await?;
+    events
+        .iter()
+        .map(|e| {
+            e.verify()
+                .map(|()| Event::from(e))
+                .map_err(|err| ChatError::Forged(err.to_string()))
+        })
+        .collect()
+}
+
+/// The message among `messages` that answers `trigger_id` (its `reply` marker names it).
+pub fn answer_among(messages: Vec<Event>, trigger_id: &str) -> Option<Event> {
+    messages
+        .into_iter()
+        .find(|e| e.thread_refs().reply.as_deref() == Some(trigger_id))
+}

@@ -7,11 +7,12 @@ mod common;
 
 use std::time::Duration;
 
+use buzz_acp::relay::Event;
 use buzz_acp::rest::RestClient;
-use buzz_acp::testing::Scenario;
+use buzz_acp::testing::{ChatMessage, Scenario, agent_messages, answer_among, post_chat};
 use buzz_test_relay::{ClosedFault, Faults, RelayConfig, RestFailure, RestFailureKind, TestRelay};
 use common::*;
-use nostr::{Alphabet, EventBuilder, Filter, Keys, Kind, SingleLetterTag, Tag, Timestamp};
+use nostr::{Filter, Keys, Timestamp};
 use tempfile::TempDir;
 
 const CHANNEL: &str = "0b8e2d4c-1f3a-4c5e-9d7b-2a6f8e1c3b5d";
@@ -40,32 +41,12 @@ impl World {
             _dir: dir,
             s,
         };
-        let admin = Keys::generate();
-        let members = EventBuilder::new(Kind::Custom(39002), "")
-            .tags([
-                Tag::parse(["d", CHANNEL]).unwrap(),
-                Tag::public_key(world.agent.public_key()),
-            ])
-            .sign_with_keys(&admin)
-            .unwrap();
-        let metadata = EventBuilder::new(Kind::Custom(39000), "")
-            .tags([
-                Tag::parse(["d", CHANNEL]).unwrap(),
-                Tag::parse(["name", "general"]).unwrap(),
-            ])
-            .sign_with_keys(&admin)
-            .unwrap();
-        world.publish(&admin, &members).await;
-        world.publish(&admin, &metadata).await;
         world
-    }
-
-    async fn publish(&self, author: &Keys, event: &nostr::Event) {
-        let published = RestClient::new(&self.relay.ws_url(), author.clone())
-            .publish(event)
+            .relay
+            .add_channel(CHANNEL, "general", "stream", &[world.agent.public_key()])
             .await
-            .expect("published");
-        assert!(published.accepted, "{published:?}");
+            .expect("the agent's channel");
+        world
     }
 
     /// `author` says `text` in the channel, mentioning the agent; `thread` = (root, parent).
@@ -86,47 +67,32 @@ impl World {
         thread: Option<(&nostr::Event, &nostr::Event)>,
         at: Timestamp,
     ) -> nostr::Event {
-        let mut tags = vec![
-            Tag::parse(["h", CHANNEL]).unwrap(),
-            Tag::public_key(self.agent.public_key()),
-        ];
-        if let Some((root, parent)) = thread {
-            tags.push(Tag::parse(["e", &root.id.to_hex(), "", "root"]).unwrap());
-            tags.push(Tag::parse(["e", &parent.id.to_hex(), "", "reply"]).unwrap());
-        }
-        let event = EventBuilder::new(Kind::Custom(9), text)
-            .tags(tags)
-            .custom_created_at(at)
-            .sign_with_keys(author)
-            .unwrap();
-        self.publish(author, &event).await;
-        event
-    }
-
-    /// Every event the agent wrote, as the relay returns them.
-    async fn agent_events(&self) -> Vec<nostr::Event> {
-        RestClient::new(&self.relay.ws_url(), self.owner.clone())
-            .query(&[Filter::new()
-                .author(self.agent.public_key())
-                .kind(Kind::Custom(9))])
+        let ids = thread.map(|(root, parent)| (root.id.to_hex(), parent.id.to_hex()));
+        let message = ChatMessage {
+            channel: CHANNEL,
+            mention: Some(self.agent.public_key()),
+            text,
+            thread: ids.as_ref().map(|(r, p)| (r.as_str(), p.as_str())),
+            at,
+        };
+        post_chat(&self.relay.ws_url(), author, message)
             .await
-            .expect("query")
+            .expect("posted")
     }
 
-    /// The agent's answer to `trigger` (an `e` tag marked `reply` naming it), waiting for it.
-    async fn answer_to(&self, trigger: &nostr::Event) -> nostr::Event {
+    /// Every chat event the agent wrote, as the relay returns them (signatures checked).
+    async fn agent_events(&self) -> Vec<Event> {
+        agent_messages(&self.relay.ws_url(), &self.owner, self.agent.public_key())
+            .await
+            .expect("the agent's messages")
+    }
+
+    /// The agent's answer to `trigger`, waiting for it.
+    async fn answer_to(&self, trigger: &nostr::Event) -> Event {
         let id = trigger.id.to_hex();
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
-            let found = self.agent_events().await.into_iter().find(|e| {
-                e.tags.iter().any(|t| {
-                    let t = t.as_slice();
-                    t.first().map(String::as_str) == Some("e")
-                        && t.get(1) == Some(&id)
-                        && t.get(3).map(String::as_str) == Some("reply")
-                })
-            });
-            if let Some(answer) = found {
+            if let Some(answer) = answer_among(self.agent_events().await, &id) {
                 return answer;
             }
             assert!(
@@ -205,13 +171,13 @@ async fn the_owners_mention_is_answered_with_a_reply_signed_by_the_agent() {
     let _h = w.harness(&[]).await;
     let root = w.say(&w.owner, "remember alpha-7301", None).await;
     let answer = w.answer_to(&root).await;
-    answer.verify().expect("a valid id and signature");
-    assert_eq!(answer.pubkey, w.agent.public_key());
+    // `agent_events` checked its id and signature.
+    assert_eq!(answer.pubkey, w.agent.public_key().to_hex());
     assert!(
         answer.tags.iter().any(|t| t.as_slice() == ["h", CHANNEL]),
         "{answer:?}"
     );
-    assert_eq!(turns(&to_model(&answer)), 1);
+    assert_eq!(turns(&answer), 1);
     let frames = wire(&w.s);
     assert_eq!(count(&frames, "session/new"), 1);
     assert!(prompts(&frames)[0].contains("remember alpha-7301"));
@@ -474,20 +440,4 @@ fn a_refused_auth_stops_the_harness_with_the_reason() {
         w.log()
     );
     drop(runtime);
-}
-
-fn to_model(event: &nostr::Event) -> buzz_acp::relay::Event {
-    buzz_acp::relay::Event {
-        id: event.id.to_hex(),
-        pubkey: event.pubkey.to_hex(),
-        created_at: event.created_at.as_secs(),
-        kind: u32::from(event.kind.as_u16()),
-        tags: event.tags.iter().map(|t| t.as_slice().to_vec()).collect(),
-        content: event.content.clone(),
-    }
-}
-
-#[allow(dead_code)]
-fn h() -> SingleLetterTag {
-    SingleLetterTag::lowercase(Alphabet::H)
 }

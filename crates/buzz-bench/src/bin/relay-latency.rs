@@ -19,15 +19,14 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use buzz_acp::rest::RestClient;
-use buzz_acp::testing::{NostrRelayArgs, Scenario};
+use buzz_acp::testing::{ChatMessage, NostrRelayArgs, Scenario, post_chat};
 use buzz_bench::{BenchError, ctx, median, ms, quantile, scenario};
 use buzz_test_relay::{RelayConfig, TestRelay};
 use clap::Parser;
 use futures::{SinkExt as _, StreamExt as _};
 use nostr::{
     ClientMessage, EventBuilder, Filter, JsonUtil as _, Keys, Kind, RelayMessage, RelayUrl,
-    SubscriptionId, Tag, Timestamp,
+    SubscriptionId, Timestamp,
 };
 use tokio_tungstenite::tungstenite::Message;
 
@@ -135,33 +134,26 @@ async fn next_message(socket: &mut Socket) -> Result<RelayMessage<'static>, Benc
     }
 }
 
-/// A mention by `owner` in the channel; `thread` = (root, parent).
-fn mention(
+/// The owner's mention in the channel, posted through the relay's REST side and timed from
+/// there; `thread` = (root, parent).
+async fn mention(
+    relay: &TestRelay,
     owner: &Keys,
     agent: &Keys,
     text: &str,
     thread: Option<(&nostr::Event, &nostr::Event)>,
-) -> Result<nostr::Event, BenchError> {
-    let mut tags = vec![
-        ctx(Tag::parse(["h", CHANNEL]), "h tag")?,
-        Tag::public_key(agent.public_key()),
-    ];
-    if let Some((root, parent)) = thread {
-        tags.push(ctx(
-            Tag::parse(["e", &root.id.to_hex(), "", "root"]),
-            "e tag",
-        )?);
-        tags.push(ctx(
-            Tag::parse(["e", &parent.id.to_hex(), "", "reply"]),
-            "e tag",
-        )?);
-    }
-    ctx(
-        EventBuilder::new(Kind::Custom(9), text)
-            .tags(tags)
-            .sign_with_keys(owner),
-        "signing a mention",
-    )
+) -> Result<(nostr::Event, Instant), BenchError> {
+    let ids = thread.map(|(root, parent)| (root.id.to_hex(), parent.id.to_hex()));
+    let message = ChatMessage {
+        channel: CHANNEL,
+        mention: Some(agent.public_key()),
+        text,
+        thread: ids.as_ref().map(|(r, p)| (r.as_str(), p.as_str())),
+        at: Timestamp::now(),
+    };
+    let started = Instant::now();
+    let event = ctx(post_chat(&relay.ws_url(), owner, message).await, "posting")?;
+    Ok((event, started))
 }
 
 /// (mention → answer for a new thread, for a hot follow-up).
@@ -186,15 +178,11 @@ async fn sample(harness: &Path, agent_bin: &Path) -> Result<(Duration, Duration)
     let result = async {
         subscribed?;
         let mut observer = Observer::subscribe(&relay, &owner, &agent).await?;
-        let rest = RestClient::new(&relay.ws_url(), owner.clone());
-        let root = mention(&owner, &agent, "plan the release", None)?;
-        let started = Instant::now();
-        ctx(rest.publish(&root).await, "posting the mention")?;
+        let (root, started) = mention(&relay, &owner, &agent, "plan the release", None).await?;
         let first_answer = observer.answer_to(&root).await?;
         let first = started.elapsed();
-        let follow_up = mention(&owner, &agent, "and then?", Some((&root, &first_answer)))?;
-        let started = Instant::now();
-        ctx(rest.publish(&follow_up).await, "posting the follow-up")?;
+        let thread = Some((&root, &first_answer));
+        let (follow_up, started) = mention(&relay, &owner, &agent, "and then?", thread).await?;
         observer.answer_to(&follow_up).await?;
         Ok((first, started.elapsed()))
     }

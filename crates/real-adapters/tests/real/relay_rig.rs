@@ -13,11 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use buzz_acp::relay::Event;
-use buzz_acp::rest::RestClient;
-use buzz_acp::testing::{NostrRelayArgs, wait_until};
+use buzz_acp::testing::{ChatMessage, NostrRelayArgs, agent_messages, post_chat, wait_until};
 use buzz_test_relay::{RelayConfig, TestRelay};
 use fake_llm::Observation;
-use nostr::{EventBuilder, Filter, Keys, Kind, Tag};
+use nostr::{Keys, Timestamp};
 
 use crate::rig::{Result, Rig, fail};
 
@@ -67,63 +66,29 @@ impl RelaySide {
         text: &str,
         thread: Option<(&Event, &Event)>,
     ) -> Result<Event> {
-        let tag =
-            |parts: &[&str]| Tag::parse(parts.iter().copied()).map_err(|e| fail(e.to_string()));
-        let mut tags = vec![
-            tag(&["h", CHANNEL])?,
-            Tag::public_key(self.agent.public_key()),
-        ];
-        if let Some((root, parent)) = thread {
-            tags.push(tag(&["e", &root.id, "", "root"])?);
-            tags.push(tag(&["e", &parent.id, "", "reply"])?);
-        }
-        let event = EventBuilder::new(Kind::Custom(9), text)
-            .tags(tags)
-            .sign_with_keys(author)
-            .map_err(|e| fail(e.to_string()))?;
-        let client = RestClient::new(&self.relay.ws_url(), author.clone());
-        let published = self
+        let message = ChatMessage {
+            channel: CHANNEL,
+            mention: Some(self.agent.public_key()),
+            text,
+            thread: thread.map(|(root, parent)| (root.id.as_str(), parent.id.as_str())),
+            at: Timestamp::now(),
+        };
+        let event = self
             .runtime
-            .block_on(client.publish(&event))
+            .block_on(post_chat(&self.relay.ws_url(), author, message))
             .map_err(|e| fail(e.to_string()))?;
-        if !published.accepted {
-            return Err(fail(format!(
-                "the relay refused a message: {}",
-                published.message
-            )));
-        }
-        Ok(model_event(&event))
+        Ok(Event::from(&event))
     }
 
-    /// Every chat event the agent published, signatures checked.
+    /// Every chat event the agent published, ids and signatures checked.
     pub fn agent_events(&self) -> Result<Vec<Event>> {
-        let client = RestClient::new(&self.relay.ws_url(), self.owner.clone());
-        let filter = Filter::new()
-            .author(self.agent.public_key())
-            .kind(Kind::Custom(9));
-        let events = self
-            .runtime
-            .block_on(client.query(&[filter]))
-            .map_err(|e| fail(e.to_string()))?;
-        events
-            .iter()
-            .map(|e| {
-                e.verify()
-                    .map(|()| model_event(e))
-                    .map_err(|err| fail(format!("an agent event with a bad signature: {err}")))
-            })
-            .collect()
-    }
-}
-
-fn model_event(event: &nostr::Event) -> Event {
-    Event {
-        id: event.id.to_hex(),
-        pubkey: event.pubkey.to_hex(),
-        created_at: event.created_at.as_secs(),
-        kind: u32::from(event.kind.as_u16()),
-        tags: event.tags.iter().map(|t| t.as_slice().to_vec()).collect(),
-        content: event.content.clone(),
+        self.runtime
+            .block_on(agent_messages(
+                &self.relay.ws_url(),
+                &self.owner,
+                self.agent.public_key(),
+            ))
+            .map_err(|e| fail(e.to_string()))
     }
 }
 
