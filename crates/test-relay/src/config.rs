@@ -21,6 +21,9 @@ pub struct RelayConfig {
     pub keys: Option<Keys>,
     /// Faults to inject (all off by default).
     pub faults: Faults,
+    /// Serve TLS (`wss://`, `https://`) with a certificate signed by a CA made at start
+    /// ([`crate::TestRelay::ca_certificate_pem`]).
+    pub tls: bool,
 }
 
 impl RelayConfig {
@@ -35,6 +38,13 @@ impl RelayConfig {
     #[must_use]
     pub fn keys(mut self, keys: Keys) -> Self {
         self.keys = Some(keys);
+        self
+    }
+
+    /// Serve TLS: `wss://` and `https://` with a certificate for `localhost` and 127.0.0.1.
+    #[must_use]
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
         self
     }
 

@@ -39,6 +39,7 @@ pub mod nip98;
 pub mod rest;
 pub mod server;
 mod state;
+pub mod tls;
 mod ws;
 
 pub use config::{ClosedFault, Faults, RelayConfig, RestFailure, RestFailureKind};

@@ -50,6 +50,9 @@ pub enum RelayError {
     /// The bound address could not be read back.
     #[error("reading the bound address: {0}")]
     LocalAddr(std::io::Error),
+    /// The TLS identity could not be made.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// A channel's group events could not be stored.
     #[error("seeding channel {channel}: {reason}")]
     Seed {
@@ -75,6 +78,8 @@ pub struct TestRelay {
     addr: SocketAddr,
     shared: Arc<Shared>,
     accept: JoinHandle<()>,
+    /// With TLS: the CA that signed the relay's certificate (PEM).
+    ca_pem: Option<String>,
     /// Dropped with the relay, which tells every connection to end.
     _stop: watch::Sender<()>,
 }
@@ -121,23 +126,34 @@ impl TestRelay {
                 .max_filter_limit(rest::MAX_LIMIT)
                 .default_filter_limit(rest::MAX_LIMIT),
         );
+        let tls = if config.tls {
+            Some(crate::tls::Identity::generate()?)
+        } else {
+            None
+        };
         let (stop, stopped) = watch::channel(());
         let shared = Arc::new(Shared {
             relay,
             database,
             keys: config.keys.unwrap_or_else(Keys::generate),
             relay_url,
+            secure: tls.is_some(),
             faults: FaultState::new(config.faults),
             nip98: Nip98Verifier::new(),
             stopped,
             closing: broadcast::channel(16).0,
         });
-        let accept = tokio::spawn(accept_loop(listener, shared.clone()));
+        let (acceptor, ca_pem) = match tls {
+            Some(identity) => (Some(identity.acceptor), Some(identity.ca_pem)),
+            None => (None, None),
+        };
+        let accept = tokio::spawn(accept_loop(listener, shared.clone(), acceptor));
         tracing::info!(%addr, "buzz-test-relay listening");
         Ok(Self {
             addr,
             shared,
             accept,
+            ca_pem,
             _stop: stop,
         })
     }
@@ -148,16 +164,28 @@ impl TestRelay {
         self.addr
     }
 
-    /// `ws://127.0.0.1:PORT`
+    /// `ws://127.0.0.1:PORT` (`wss://localhost:PORT` with TLS: the name its certificate has)
     #[must_use]
     pub fn ws_url(&self) -> String {
-        format!("ws://{}", self.addr)
+        match self.ca_pem {
+            Some(_) => format!("wss://localhost:{}", self.addr.port()),
+            None => format!("ws://{}", self.addr),
+        }
     }
 
-    /// `http://127.0.0.1:PORT` (the REST base URL)
+    /// `http://127.0.0.1:PORT` (the REST base URL; `https://localhost:PORT` with TLS)
     #[must_use]
     pub fn http_url(&self) -> String {
-        format!("http://{}", self.addr)
+        match self.ca_pem {
+            Some(_) => format!("https://localhost:{}", self.addr.port()),
+            None => format!("http://{}", self.addr),
+        }
+    }
+
+    /// With TLS: the CA certificate (PEM) a client must trust to reach the relay.
+    #[must_use]
+    pub fn ca_certificate_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
     }
 
     /// The relay's own public key (NIP-11 `pubkey` and `self`).
@@ -238,7 +266,11 @@ impl Drop for TestRelay {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -248,23 +280,39 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             }
         };
         let shared = shared.clone();
-        let mut stopped = shared.stopped.clone();
+        let acceptor = acceptor.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |request| {
-                let shared = shared.clone();
-                async move { Ok::<_, Infallible>(route(shared, peer, request).await) }
-            });
-            let connection = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades();
-            // A kept-alive REST connection would otherwise outlive the relay.
-            tokio::select! {
-                served = connection => if let Err(e) = served {
-                    tracing::debug!(%peer, "connection: {e}");
+            match acceptor {
+                None => serve_connection(stream, shared, peer).await,
+                Some(acceptor) => match acceptor.accept(stream).await {
+                    Ok(tls) => serve_connection(tls, shared, peer).await,
+                    Err(e) => tracing::debug!(%peer, "TLS handshake: {e}"),
                 },
-                _ = stopped.changed() => {}
             }
         });
+    }
+}
+
+/// Serves HTTP/1 (REST, NIP-11, the websocket upgrade) on one accepted connection until it ends
+/// or the relay stops.
+async fn serve_connection<S>(stream: S, shared: Arc<Shared>, peer: SocketAddr)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let mut stopped = shared.stopped.clone();
+    let service = service_fn(move |request| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(route(shared, peer, request).await) }
+    });
+    let connection = http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    // A kept-alive REST connection would otherwise outlive the relay.
+    tokio::select! {
+        served = connection => if let Err(e) = served {
+            tracing::debug!(%peer, "connection: {e}");
+        },
+        _ = stopped.changed() => {}
     }
 }
 
@@ -305,7 +353,8 @@ async fn route(shared: Arc<Shared>, peer: SocketAddr, request: Request<Incoming>
     }
     // The URL the client addressed: what its NIP-98 `u` tag must name.
     let host = header_text(&request, header::HOST).unwrap_or_default();
-    let url = format!("http://{host}{path}");
+    let scheme = if shared.secure { "https" } else { "http" };
+    let url = format!("{scheme}://{host}{path}");
     let authorization = header_text(&request, header::AUTHORIZATION);
     let body = match Limited::new(request.into_body(), MAX_BODY_BYTES)
         .collect()
@@ -343,7 +392,8 @@ fn upgrade(shared: Arc<Shared>, peer: SocketAddr, mut request: Request<Incoming>
     };
     let accept = derive_accept_key(key.as_bytes());
     let host = header_text(&request, header::HOST).unwrap_or_else(|| peer.to_string());
-    let relay_url = format!("ws://{host}");
+    let scheme = if shared.secure { "wss" } else { "ws" };
+    let relay_url = format!("{scheme}://{host}");
     let on_upgrade = hyper::upgrade::on(&mut request);
     tokio::spawn(async move {
         match on_upgrade.await {

@@ -21,6 +21,8 @@ pub(crate) struct Shared {
     pub keys: Keys,
     /// `ws://127.0.0.1:PORT`.
     pub relay_url: RelayUrl,
+    /// Whether connections come through TLS (`wss://`, `https://` is what clients address).
+    pub secure: bool,
     /// The faults in force and their counters.
     pub faults: FaultState,
     /// The NIP-98 check and its replay guard.
