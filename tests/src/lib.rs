@@ -329,28 +329,11 @@ pub fn wait_for_notice(s: &Scenario, event_id: &str, timeout: Duration) -> Optio
     wait_until(timeout, || notices_about(s, event_id).into_iter().next())
 }
 
-/// The snapshot view of a scenario's wire log. The harness names its own version in
-/// `initialize` (`info.version` in the v2 shape it sends since 0.11.0, `clientInfo.version` in
-/// the v1 shape before); it is replaced by `<harness version>` and that frame's byte count left
-/// out, so an upstream release does not change every guard's snapshot.
+/// The snapshot view of a scenario's wire log (`normalize_wire_log`: session ids, paths, and
+/// the harness's own version in `initialize`, so an upstream release does not change every
+/// guard's snapshot).
 pub fn wire_view(s: &Scenario) -> Value {
-    let mut view =
-        acp_test_agent::harness::normalize_wire_log(&wire(s), &[(s.root.as_path(), "<tmp>")]);
-    for frame in view.as_array_mut().into_iter().flatten() {
-        if frame.get("method").and_then(Value::as_str) != Some("initialize") {
-            continue;
-        }
-        let version = ["/params/info/version", "/params/clientInfo/version"]
-            .into_iter()
-            .find(|path| frame.pointer(path).is_some());
-        if let Some(version) = version.and_then(|path| frame.pointer_mut(path)) {
-            *version = Value::String("<harness version>".into());
-            if let Some(obj) = frame.as_object_mut() {
-                obj.remove("bytes");
-            }
-        }
-    }
-    view
+    acp_test_agent::harness::normalize_wire_log(&wire(s), &[(s.root.as_path(), "<tmp>")])
 }
 
 /// The method-level shape of the wire log: kind, method and params, with each

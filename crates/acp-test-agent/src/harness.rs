@@ -191,8 +191,12 @@ pub fn prompt_texts(frames: &[WireFrame]) -> Vec<(String, String)> {
 /// - replaces each `roots` path (and its canonical form, which differs when the temp dir sits
 ///   behind a symlink) occurring inside strings with its placeholder, e.g. `(tmp, "<tmp>")`.
 ///
-/// `bytes` is kept as recorded: it is deterministic when the inputs are, even though the ids it
-/// counted are gone.
+/// - writes `<harness version>` for the version the harness names in `initialize`
+///   (`clientInfo.version`, or `info.version` in the v2 shape), and leaves that frame's `bytes`
+///   out, so a release of the harness does not change every snapshot.
+///
+/// `bytes` is otherwise kept as recorded: it is deterministic when the inputs are, even though
+/// the ids it counted are gone.
 #[must_use]
 pub fn normalize_wire_log(frames: &[WireFrame], roots: &[(&Path, &str)]) -> Value {
     let mut session_ids: Vec<String> = Vec::new();
@@ -234,8 +238,22 @@ pub fn normalize_wire_log(frames: &[WireFrame], roots: &[(&Path, &str)]) -> Valu
                 "method".into(),
                 frame.method.clone().map_or(Value::Null, Value::String),
             );
-            out.insert("bytes".into(), Value::from(frame.bytes));
-            out.insert("params".into(), rewrite(&frame.params, &replacements));
+            let mut params = rewrite(&frame.params, &replacements);
+            // The harness names its own version in `initialize`; a release must not change
+            // every snapshot, so it reads `<harness version>` and that frame's size is left out.
+            let mut names_version = false;
+            if frame.method.as_deref() == Some("initialize") {
+                for path in ["/info/version", "/clientInfo/version"] {
+                    if let Some(version) = params.pointer_mut(path) {
+                        *version = Value::String("<harness version>".into());
+                        names_version = true;
+                    }
+                }
+            }
+            if !names_version {
+                out.insert("bytes".into(), Value::from(frame.bytes));
+            }
+            out.insert("params".into(), params);
             Value::Object(out)
         })
         .collect();
