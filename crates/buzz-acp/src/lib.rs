@@ -36,6 +36,7 @@ pub mod rest;
 pub mod scope;
 pub mod state_dir;
 pub mod testing;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -412,9 +412,17 @@ impl Socket {
             what: what.to_owned(),
             reason,
         };
+        // `wss://` goes through rustls with the system's CAs (crate::tls); `ws://` stays plain.
+        let tls = if self.url.as_str().starts_with("wss://") {
+            let config = crate::tls::client_config()
+                .map_err(|e| network("connecting to the relay", e.to_string()))?;
+            Some(tokio_tungstenite::Connector::Rustls(config))
+        } else {
+            None
+        };
         let (mut stream, _) = tokio::time::timeout(
             CONNECT_TIMEOUT,
-            tokio_tungstenite::connect_async(self.url.as_str()),
+            tokio_tungstenite::connect_async_tls_with_config(self.url.as_str(), None, false, tls),
         )
         .await
         .map_err(|_| {

@@ -13,9 +13,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::TokioIo;
 use nostr::hashes::Hash as _;
 use nostr::hashes::sha256::Hash as Sha256Hash;
 use nostr::{EventBuilder, JsonUtil as _, Keys, Kind, Tag};
@@ -76,11 +74,13 @@ pub struct Published {
 }
 
 /// A NIP-98-signing client of one relay's REST routes.
+///
+/// Each request opens its own connection (TCP, then TLS for `https://`): the harness's REST
+/// traffic is a reply now and then and a query per channel, not worth a pool.
 #[derive(Clone)]
 pub struct RestClient {
     base: String,
     keys: Keys,
-    http: Client<HttpConnector, Full<Bytes>>,
 }
 
 impl std::fmt::Debug for RestClient {
@@ -109,7 +109,6 @@ impl RestClient {
         RestClient {
             base: rest_base(relay_url),
             keys,
-            http: Client::builder(TokioExecutor::new()).build_http(),
         }
     }
 
@@ -194,7 +193,7 @@ impl RestClient {
                 path,
                 reason: e.to_string(),
             })?;
-        let response = tokio::time::timeout(REQUEST_TIMEOUT, self.http.request(request))
+        let response = tokio::time::timeout(REQUEST_TIMEOUT, send(&url, request))
             .await
             .map_err(|_| RestError::Transport {
                 path,
@@ -251,4 +250,77 @@ impl RestClient {
             .map_err(|e| RestError::Sign(e.to_string()))?;
         Ok(format!("Nostr {}", BASE64.encode(event.as_json())))
     }
+}
+
+/// Sends `request` to `url` on a connection of its own: the request line names the path, the
+/// `Host` header the authority (what the relay's NIP-98 check rebuilds the URL from).
+async fn send(
+    url: &str,
+    mut request: Request<Full<Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+    let parsed = nostr::Url::parse(url).map_err(|e| format!("URL {url}: {e}"))?;
+    let named = parsed
+        .host_str()
+        .ok_or_else(|| format!("URL {url} names no host"))?;
+    let authority = match parsed.port() {
+        Some(port) => format!("{named}:{port}"),
+        None => named.to_owned(),
+    };
+    // An IPv6 address is written in brackets in a URL, not in a socket address or a TLS name.
+    let host = named
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let secure = parsed.scheme() == "https";
+    let port = parsed
+        .port_or_known_default()
+        .ok_or_else(|| format!("URL {url} names no port"))?;
+    *request.uri_mut() = parsed
+        .path()
+        .parse()
+        .map_err(|e| format!("path of {url}: {e}"))?;
+    request.headers_mut().insert(
+        hyper::header::HOST,
+        authority
+            .parse()
+            .map_err(|e| format!("host of {url}: {e}"))?,
+    );
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|e| format!("connecting to {host}:{port}: {e}"))?;
+    if secure {
+        let config = crate::tls::client_config().map_err(|e| e.to_string())?;
+        let name = rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|e| format!("{host}: {e}"))?;
+        let tls = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("TLS with {host}: {e}"))?;
+        exchange(tls, request).await
+    } else {
+        exchange(tcp, request).await
+    }
+}
+
+/// One HTTP/1 exchange on an open connection.
+async fn exchange<S>(
+    stream: S,
+    request: Request<Full<Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    // The connection is driven beside the request and ends with it.
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "REST connection ended with an error");
+        }
+    });
+    sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())
 }
