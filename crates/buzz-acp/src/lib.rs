@@ -24,6 +24,7 @@ pub mod acp;
 pub mod config;
 pub mod context;
 pub mod cursor;
+pub mod event_index;
 pub mod eventlog;
 pub mod guard;
 pub mod lifecycle;

@@ -28,6 +28,7 @@ use nostr::{
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::event_index::EventIndex;
 use crate::relay::{
     ChannelId, ChannelInfo, ChannelKind, Event, Incoming, LogPosition, Poll, Relay, RelayError,
 };
@@ -131,10 +132,8 @@ pub struct NostrRelay {
     seq: u64,
     seen: HashSet<String>,
     seen_old: HashSet<String>,
-    events: Vec<Event>,
-    by_id: HashMap<String, usize>,
-    by_channel: HashMap<ChannelId, Vec<usize>>,
-    answers: HashMap<String, Vec<usize>>,
+    /// Every event delivered, fetched or published: history, lookups, answers.
+    index: EventIndex,
     channels: HashMap<ChannelId, ChannelInfo>,
 }
 
@@ -215,27 +214,13 @@ impl NostrRelay {
             seq: 0,
             seen: HashSet::new(),
             seen_old: HashSet::new(),
-            events: Vec::new(),
-            by_id: HashMap::new(),
-            by_channel: HashMap::new(),
-            answers: HashMap::new(),
+            index: EventIndex::default(),
             channels: HashMap::new(),
         })
     }
 
     fn remember(&mut self, event: Event) {
-        if self.by_id.contains_key(&event.id) {
-            return;
-        }
-        let index = self.events.len();
-        self.by_id.insert(event.id.clone(), index);
-        if let Some(channel) = event.channel_id() {
-            self.by_channel.entry(channel).or_default().push(index);
-        }
-        for answered in event.answered_ids() {
-            self.answers.entry(answered).or_default().push(index);
-        }
-        self.events.push(event);
+        self.index.insert(event);
     }
 
     /// How many known messages stand above `event` in its reply chain (its `reply` marker, that
@@ -247,14 +232,14 @@ impl NostrRelay {
             .reply
             .or_else(|| event.thread_refs().root);
         while let Some(id) = parent {
-            let Some(&index) = self.by_id.get(&id) else {
+            let Some(known) = self.index.find(&id) else {
                 break;
             };
             depth += 1;
             if depth >= MAX_REPLY_DEPTH {
                 break;
             }
-            let refs = self.events[index].thread_refs();
+            let refs = known.thread_refs();
             parent = refs.reply.or(refs.root).filter(|p| *p != id);
         }
         depth
@@ -350,11 +335,7 @@ impl Relay for NostrRelay {
     }
 
     fn history(&self, channel: &ChannelId) -> Vec<&Event> {
-        let mut events: Vec<&Event> = self
-            .by_channel
-            .get(channel)
-            .map(|ix| ix.iter().map(|&i| &self.events[i]).collect())
-            .unwrap_or_default();
+        let mut events = self.index.channel(channel);
         // `created_at` has a resolution of one second, so messages written in the same second
         // tie. Among them a reply comes after the message it answers (its depth in the reply
         // chain is greater), then the relay's own order (newest first by id ascending, reversed
@@ -364,17 +345,11 @@ impl Relay for NostrRelay {
     }
 
     fn find(&self, id: &str) -> Option<&Event> {
-        self.by_id
-            .get(&id.to_ascii_lowercase())
-            .map(|&i| &self.events[i])
+        self.index.find(id)
     }
 
     fn reply_by(&self, author: &str, trigger_id: &str) -> Option<&Event> {
-        self.answers
-            .get(&trigger_id.to_ascii_lowercase())?
-            .iter()
-            .map(|&i| &self.events[i])
-            .find(|e| e.pubkey.eq_ignore_ascii_case(author))
+        self.index.reply_by(author, trigger_id)
     }
 
     fn channel_info(&self, channel: &ChannelId) -> ChannelInfo {

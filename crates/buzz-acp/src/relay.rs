@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::event_index::EventIndex;
 use crate::eventlog::{self, LogLine, TAIL_CHECK_BYTES, TailCheck};
 pub use crate::eventlog::{Divergence, FileIdentity, LogPosition};
 
@@ -462,11 +463,8 @@ pub struct FileRelay {
     tail: Vec<u8>,
     /// Where an earlier run stopped; consumed by the first read.
     resume: Option<LogPosition>,
-    events: Vec<Event>,
-    by_id: HashMap<String, usize>,
-    by_channel: HashMap<ChannelId, Vec<usize>>,
-    /// Trigger id → events answering it (`e` tags marked reply or mention).
-    answers: HashMap<String, Vec<usize>>,
+    /// Every event read or published, for history, lookups and answers.
+    index: EventIndex,
     channels: HashMap<ChannelId, ChannelInfo>,
     channels_mtime: Option<std::time::SystemTime>,
 }
@@ -492,10 +490,7 @@ impl FileRelay {
             file: None,
             tail: Vec::new(),
             resume: None,
-            events: Vec::new(),
-            by_id: HashMap::new(),
-            by_channel: HashMap::new(),
-            answers: HashMap::new(),
+            index: EventIndex::default(),
             channels: HashMap::new(),
             channels_mtime: None,
         };
@@ -643,19 +638,7 @@ impl FileRelay {
 
     /// Indexes an event; returns false when its id was already known.
     fn index(&mut self, event: &Event) -> bool {
-        if self.by_id.contains_key(&event.id) {
-            return false;
-        }
-        let idx = self.events.len();
-        self.by_id.insert(event.id.clone(), idx);
-        if let Some(channel) = event.channel_id() {
-            self.by_channel.entry(channel).or_default().push(idx);
-        }
-        for answered in event.answered_ids() {
-            self.answers.entry(answered).or_default().push(idx);
-        }
-        self.events.push(event.clone());
-        true
+        self.index.insert(event.clone())
     }
 }
 
@@ -748,24 +731,15 @@ impl Relay for FileRelay {
     }
 
     fn reply_by(&self, author: &str, trigger_id: &str) -> Option<&Event> {
-        self.answers
-            .get(&trigger_id.to_ascii_lowercase())?
-            .iter()
-            .map(|&i| &self.events[i])
-            .find(|e| e.pubkey.eq_ignore_ascii_case(author))
+        self.index.reply_by(author, trigger_id)
     }
 
     fn history(&self, channel: &ChannelId) -> Vec<&Event> {
-        self.by_channel
-            .get(channel)
-            .map(|idxs| idxs.iter().map(|&i| &self.events[i]).collect())
-            .unwrap_or_default()
+        self.index.channel(channel)
     }
 
     fn find(&self, id: &str) -> Option<&Event> {
-        self.by_id
-            .get(&id.to_ascii_lowercase())
-            .map(|&i| &self.events[i])
+        self.index.find(id)
     }
 
     fn channel_info(&self, channel: &ChannelId) -> ChannelInfo {
