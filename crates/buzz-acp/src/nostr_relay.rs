@@ -55,7 +55,7 @@ pub const SINCE_SKEW_SECS: u64 = 5;
 pub const EVENT_BUFFER: usize = 256;
 /// Events of each channel fetched for its history when it is subscribed.
 pub const HISTORY_FETCH: usize = 500;
-/// How far [`NostrRelay::history`] follows a reply chain to order messages of the same second.
+/// How far [`NostrRelay::history`] follows a reply chain to place a message in its thread.
 pub const MAX_REPLY_DEPTH: usize = 10_000;
 /// Ids remembered for de-duplication (two generations of this size).
 pub const DEDUP_GENERATION: usize = 6_000;
@@ -223,9 +223,13 @@ impl NostrRelay {
         self.index.insert(event);
     }
 
-    /// How many known messages stand above `event` in its reply chain (its `reply` marker, that
-    /// message's, …), at most [`MAX_REPLY_DEPTH`].
-    fn reply_depth(&self, event: &Event) -> usize {
+    /// Where `event` sits in its thread: the latest `created_at` along its reply chain (its
+    /// `reply` marker, that message's, …) and how many known messages stand above it, following
+    /// at most [`MAX_REPLY_DEPTH`] of them. A reply never sorts before what it answers, even when
+    /// it is dated earlier (the harness dates its own replies a second after their trigger, so a
+    /// person's answer to them in that second would otherwise come first).
+    fn thread_position(&self, event: &Event) -> (u64, usize) {
+        let mut latest = event.created_at;
         let mut depth = 0;
         let mut parent = event
             .thread_refs()
@@ -235,6 +239,7 @@ impl NostrRelay {
             let Some(known) = self.index.find(&id) else {
                 break;
             };
+            latest = latest.max(known.created_at);
             depth += 1;
             if depth >= MAX_REPLY_DEPTH {
                 break;
@@ -242,7 +247,7 @@ impl NostrRelay {
             let refs = known.thread_refs();
             parent = refs.reply.or(refs.root).filter(|p| *p != id);
         }
-        depth
+        (latest, depth)
     }
 
     /// Whether `id` was delivered before (two bounded generations, as upstream).
@@ -336,11 +341,10 @@ impl Relay for NostrRelay {
 
     fn history(&self, channel: &ChannelId) -> Vec<&Event> {
         let mut events = self.index.channel(channel);
-        // `created_at` has a resolution of one second, so messages written in the same second
-        // tie. Among them a reply comes after the message it answers (its depth in the reply
-        // chain is greater), then the relay's own order (newest first by id ascending, reversed
-        // when fetched) decides.
-        events.sort_by_cached_key(|e| (e.created_at, self.reply_depth(e)));
+        // By time, but a reply after what it answers: `created_at` has a resolution of one
+        // second (messages of one second tie) and need not grow along a thread. Then the order
+        // the events were added decides.
+        events.sort_by_cached_key(|e| self.thread_position(e));
         events
     }
 
