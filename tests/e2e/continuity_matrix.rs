@@ -39,7 +39,7 @@ fn assert_kept(p: &Played) -> Event {
         "{}: the wire shows {CODE} reach the agent after the cause",
         p.cause
     );
-    assert_eq!(p.scenario.answers_to(&p.question.id), 1, "answered once");
+    assert_eq!(p.answers_to(&p.question.id), 1, "answered once");
     answer
 }
 
@@ -115,7 +115,7 @@ fn model_switches(frames: &[WireFrame]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Restart (`--once` twice, the same state directory): the stored session is reopened, and the
+/// Restart (stopped, then started again on the same state directory): the stored session is reopened, and the
 /// thread is told nothing.
 #[test]
 fn restart_keeps_the_code_word() {
@@ -238,7 +238,7 @@ fn a_model_switch_in_place_keeps_the_code_word_and_every_session() {
     );
     assert_told_nothing(&p);
     let other = p.other_thread.as_ref().expect("another thread");
-    let other_answer = p.scenario.reply_to(&other.follow_up.id).expect("answered");
+    let other_answer = p.reply_to(&other.follow_up.id).expect("answered");
     assert_eq!(turns(&other_answer), 2, "the other thread kept its session");
     assert_eq!(
         served_as(&p.frames(), &other.root.id).last(),
@@ -268,7 +268,7 @@ fn a_model_switch_that_needs_a_new_session_keeps_the_code_word_through_the_hando
     assert_eq!(p.question_served_as(), Some("new"));
     assert_told_once(&p, "cannot switch models in place");
     let other = p.other_thread.as_ref().expect("another thread");
-    let other_answer = p.scenario.reply_to(&other.follow_up.id).expect("answered");
+    let other_answer = p.reply_to(&other.follow_up.id).expect("answered");
     assert_eq!(turns(&other_answer), 2, "the other thread kept its session");
 }
 
@@ -282,7 +282,7 @@ fn a_model_the_agent_does_not_offer_keeps_the_session_and_says_so() {
     assert_eq!(p.question_served_as(), Some("continued"));
     assert_told_once(&p, "does not offer the model test-large");
     let other = p.other_thread.as_ref().expect("another thread");
-    let other_answer = p.scenario.reply_to(&other.follow_up.id).expect("answered");
+    let other_answer = p.reply_to(&other.follow_up.id).expect("answered");
     assert_eq!(turns(&other_answer), 2, "the other thread kept its session");
 }
 

@@ -12,24 +12,32 @@
 //! A cell is played against any build of the harness ([`Build`]): the guards
 //! (`e2e/continuity_matrix.rs`) play it against the patched binary, the demo
 //! (`scripts/demo`, binary `continuity-matrix`) against the baseline and the patched binary side
-//! by side. Only binaries and files are used (the relay, the agent's wire log, the observer
-//! log), and the series' own settings reach the harness as `BUZZ_ACP_*` variables, which a build
-//! without them ignores: so a cell runs the same on every build and tells what that build does.
+//! by side. Each cell runs over a Nostr relay of its own (the fork's test relay, [`Chat`]): the
+//! harness connects as the agent, the owner posts signed events through the relay's REST side,
+//! and what the agent published is read back from the relay. Only binaries, the relay and files
+//! are used (the agent's wire log, the observer log), and the series' own settings reach the
+//! harness as `BUZZ_ACP_*` variables, which a build without them ignores: so a cell runs the same
+//! on every build and tells what that build does.
+//!
+//! As upstream's, the harness only hears what is posted while it is subscribed, so a restart is
+//! played the way its users meet one: the harness is started, the thread is posted and answered,
+//! the harness is stopped; then it is started again and the question is posted.
 //!
 //! Time: the cells that need it use short settings (a one-second idle pool sleep, one-second
-//! restore retries) and wait for the event (the pool's `pool_sleep` record, the end of a `--once`
-//! run), never for a guessed duration; the same causes with the default settings run on tokio's
-//! paused clock in `inproc/continuity_matrix.rs`.
+//! restore retries) and wait for the event (the harness subscribed, an answer on the relay, the
+//! pool's `pool_sleep` record), never for a guessed duration; the same causes with the default
+//! settings run on tokio's paused clock in `inproc/continuity_matrix.rs`.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 
 use buzz_acp::relay::{Event, RelayError};
-use buzz_acp::testing::{OWNER, Scenario, wait_until};
+use buzz_acp::testing::{ChatError, Scenario, wait_until};
 use tempfile::TempDir;
 
-use crate::{FrameKind, WAIT, WireFrame, agent_bin, harness_bin, notices_about, reply_nonces};
+use crate::relay::{Chat, ChatSetupError, Launch};
+use crate::{Background, FrameKind, WAIT, WireFrame, agent_bin, harness_bin, reply_nonces};
 
 /// The code word (a nonce for the test agent: letters, a dash, four digits or more).
 pub const CODE: &str = "quebec-5150";
@@ -44,7 +52,7 @@ pub const QUESTION: &str = "what was the code word?";
 /// A cause of a reset: a row of the matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Cause {
-    /// The harness restarts (`--once` twice, the same state directory).
+    /// The harness restarts (stopped, then started again on the same state directory).
     Restart,
     /// The worker pool sleeps after an idle period (`--lazy-pool --idle-pool-sleep`).
     IdleSleep,
@@ -176,9 +184,15 @@ impl Build {
 /// Why a cell could not be played (as opposed to what it showed).
 #[derive(Debug, thiserror::Error)]
 pub enum CellError {
-    /// The relay could not be written or read.
+    /// The scenario's files could not be set up.
     #[error("relay: {0}")]
     Relay(#[from] RelayError),
+    /// The test relay, or a harness on it, could not be started.
+    #[error(transparent)]
+    Chat(#[from] ChatSetupError),
+    /// A message could not be posted, or the agent's messages read.
+    #[error("the relay: {0}")]
+    Posting(#[from] ChatError),
     /// A file or process operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -187,14 +201,6 @@ pub enum CellError {
         /// The error.
         #[source]
         source: std::io::Error,
-    },
-    /// The harness exited unsuccessfully.
-    #[error("buzz-acp exited with {status}:\n{stderr}")]
-    Harness {
-        /// Its exit status.
-        status: std::process::ExitStatus,
-        /// The tail of its stderr.
-        stderr: String,
     },
     /// Something the cell waits for before its cause did not happen (the thread is not set up).
     #[error("the cell's setup did not happen: {0}")]
@@ -209,12 +215,13 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> CellError {
     move |source| CellError::Io { what, source }
 }
 
-/// A played cell: the scenario as it stands after the question was answered (or not).
+/// A played cell: what the agent published and the scenario's files, as they stand after the
+/// question was answered (or not).
 #[derive(Debug)]
 pub struct Played {
     /// What was played.
     pub cause: Cause,
-    /// The relay, the agent's wire log, the observer log.
+    /// The agent's files: its wire log, the observer log.
     pub scenario: Scenario,
     /// The thread's root.
     pub root: Event,
@@ -228,6 +235,8 @@ pub struct Played {
     /// In [`Cause::ModelInPlace`]: another thread, answered before the switch, and its follow-up's
     /// answer after it.
     pub other_thread: Option<OtherThread>,
+    /// Every message the agent published, as the relay held them once the cell was over.
+    published: Vec<Event>,
     _postgres: Option<pg_fixture::PgServer>,
     _dir: TempDir,
 }
@@ -244,9 +253,21 @@ pub struct OtherThread {
 impl Played {
     /// The agent's answer to the question (never a notice: notices are not answers).
     pub fn answer(&self) -> Option<Event> {
-        self.scenario
-            .reply_to(&self.question.id)
-            .filter(|r| !is_notice(r))
+        self.reply_to(&self.question.id)
+    }
+
+    /// The agent's answer to `event_id` (its `e` tag marked `reply`; never a notice).
+    pub fn reply_to(&self, event_id: &str) -> Option<Event> {
+        answer_in(&self.published, event_id)
+    }
+
+    /// How many of the agent's messages answer `event_id` (as its reply, or as one more trigger
+    /// of a batch).
+    pub fn answers_to(&self, event_id: &str) -> usize {
+        self.published
+            .iter()
+            .filter(|r| r.answered_ids().iter().any(|id| id == event_id))
+            .count()
     }
 
     /// Whether the answering session had seen the code word.
@@ -259,16 +280,20 @@ impl Played {
 
     /// The notices about the question (they quote it; none answers it).
     pub fn notices(&self) -> Vec<Event> {
-        notices_about(&self.scenario, &self.question.id)
+        self.published
+            .iter()
+            .filter(|e| e.tag_values("q").any(|q| q == self.question.id))
+            .cloned()
+            .collect()
     }
 
     /// Every notice the harness posted in the thread, about any of its messages.
     pub fn thread_notices(&self) -> Vec<Event> {
-        self.scenario
-            .replies()
-            .into_iter()
+        self.published
+            .iter()
             .filter(|e| e.thread_refs().root.as_deref() == Some(self.root.id.as_str()))
-            .filter(is_notice)
+            .filter(|e| is_notice(e))
+            .cloned()
             .collect()
     }
 
@@ -334,7 +359,17 @@ pub fn is_notice(event: &Event) -> bool {
     event.tag_values("q").next().is_some()
 }
 
-/// Plays `cause`'s cell against `build`.
+/// The agent's answer to `event_id` among `published`: its `e` tag marked `reply`, never a
+/// notice.
+fn answer_in(published: &[Event], event_id: &str) -> Option<Event> {
+    published
+        .iter()
+        .filter(|e| !is_notice(e))
+        .find(|e| e.thread_refs().reply.as_deref() == Some(event_id))
+        .cloned()
+}
+
+/// Plays `cause`'s cell against `build`, over a test relay of its own.
 ///
 /// # Errors
 /// The cell could not be set up or run (see [`CellError`]); what the build did with the cause is
@@ -345,7 +380,9 @@ pub fn play(build: &Build, cause: Cause) -> Result<Played, CellError> {
     let mut cell = Cell {
         build,
         s: scenario,
+        chat: Chat::start()?,
         pid_file: dir.path().join("agents.pids"),
+        starts: 0,
     };
     let played = match cause {
         Cause::Restart => cell.restart()?,
@@ -363,6 +400,7 @@ pub fn play(build: &Build, cause: Cause) -> Result<Played, CellError> {
         Cause::StoreOutage => cell.store_outage()?,
         Cause::OwnerRotate => cell.owner_rotate()?,
     };
+    let published = cell.chat.agent_messages()?;
     Ok(Played {
         cause,
         scenario: cell.s,
@@ -371,6 +409,7 @@ pub fn play(build: &Build, cause: Cause) -> Result<Played, CellError> {
         frames_before_cause: played.frames_before_cause,
         command: played.command,
         other_thread: played.other_thread,
+        published,
         _postgres: played.postgres,
         _dir: dir,
     })
@@ -408,11 +447,27 @@ struct Thread {
     frames_before_cause: usize,
 }
 
-/// One cell being played.
+/// A harness's flags and environment for one run of it.
+#[derive(Clone, Copy, Default)]
+struct Setup<'a> {
+    /// More test-agent flags.
+    agent_args: &'a [&'a str],
+    /// More harness flags.
+    extra: &'a [&'a str],
+    /// More environment (the series' `BUZZ_ACP_*` settings, which a build without them ignores).
+    env: &'a [(&'a str, &'a str)],
+}
+
+/// One cell being played: its relay, the agent's files, and the harness runs on them. The
+/// owner writes every message (the harness's default answers only the owner); the fillers do
+/// not mention the agent.
 struct Cell<'a> {
     build: &'a Build,
     s: Scenario,
+    chat: Chat,
     pid_file: PathBuf,
+    /// How many harnesses were started (each logs to its own file).
+    starts: usize,
 }
 
 impl Cell<'_> {
@@ -423,85 +478,84 @@ impl Cell<'_> {
         self.s.agent_command(&self.build.agent, &args)
     }
 
-    /// One `--once` run: the harness answers what is pending and exits.
-    fn once(
-        &self,
-        agent_args: &[&str],
-        extra: &[&str],
-        env: &[(&str, &str)],
-    ) -> Result<(), CellError> {
-        let mut cmd =
-            self.s
-                .harness_command(&self.build.harness, &self.agent_command(agent_args), extra);
-        cmd.arg("--once").envs(env.iter().copied());
-        let out = cmd.output().map_err(io("running buzz-acp"))?;
-        if out.status.success() {
-            return Ok(());
-        }
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = stderr.lines().rev().take(20).collect();
-        Err(CellError::Harness {
-            status: out.status,
-            stderr: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
-        })
+    /// Starts the harness on the cell's relay and waits until it is subscribed.
+    fn live(&mut self, setup: Setup<'_>) -> Result<Background, CellError> {
+        self.starts += 1;
+        let agent_command = self.agent_command(setup.agent_args);
+        let launch = Launch {
+            scenario: &self.s,
+            harness: &self.build.harness,
+            agent_command: &agent_command,
+            extra: setup.extra,
+            env: setup.env,
+            log: self.s.root.join(format!("harness-{}.log", self.starts)),
+        };
+        Ok(self.chat.start_harness(launch)?)
     }
 
-    /// A long-running harness.
-    fn live(
+    /// The owner posts `text` in `thread` (root, parent) or as a new thread, mentioning the
+    /// agent when `mention` is set.
+    fn post(
         &self,
-        agent_args: &[&str],
-        extra: &[&str],
-        env: &[(&str, &str)],
-    ) -> Result<Live, CellError> {
-        Live::start(
-            &self.s,
-            &self.build.harness,
-            &self.agent_command(agent_args),
-            extra,
-            env,
-        )
+        text: &str,
+        thread: Option<(&Event, &Event)>,
+        mention: bool,
+    ) -> Result<Event, CellError> {
+        let ids = thread.map(|(root, parent)| (root.id.as_str(), parent.id.as_str()));
+        let event = self.chat.post(&self.chat.owner, text, ids, mention)?;
+        Ok(Event::from(&event))
     }
 
-    /// Waits for the agent's answer to `event` from a long-running harness.
+    /// The agent's answer to `event` (never a notice), if the relay holds one now.
+    fn answer_now(&self, event: &Event) -> Option<Event> {
+        let published = self.chat.agent_messages().ok()?;
+        answer_in(&published, &event.id)
+    }
+
+    /// Whatever the agent published in reply to `event` first (an answer or a notice).
+    fn reply_now(&self, event: &Event) -> Option<Event> {
+        let published = self.chat.agent_messages().ok()?;
+        published
+            .into_iter()
+            .find(|e| e.thread_refs().reply.as_deref() == Some(event.id.as_str()))
+    }
+
+    /// Waits for the agent's answer to `event`.
     fn wait_answer(&self, event: &Event) -> Result<Event, CellError> {
-        wait_until(WAIT, || {
-            self.s.reply_to(&event.id).filter(|r| !is_notice(r))
-        })
-        .ok_or_else(|| CellError::Setup(format!("no answer to {:?}", event.content)))
-    }
-
-    /// The answer to `event` after a `--once` run.
-    fn answered(&self, event: &Event) -> Result<Event, CellError> {
-        self.s
-            .reply_to(&event.id)
-            .filter(|r| !is_notice(r))
+        wait_until(WAIT, || self.answer_now(event))
             .ok_or_else(|| CellError::Setup(format!("no answer to {:?}", event.content)))
     }
 
-    /// Posts the thread; `answer` has the harness answer the message just posted. `cause`, when
-    /// given, is one more message for the agent right after the code word's answer (a cause
-    /// that is a turn of its own): the fillers then push its answer out of the window too, since
-    /// the test agent's answers list the nonces they have seen.
-    fn thread(
-        &mut self,
-        cause: Option<&str>,
-        mut answer: impl FnMut(&Cell<'_>, &Event) -> Result<Event, CellError>,
-    ) -> Result<Thread, CellError> {
-        let root = self.s.post_top("a long thread starts here")?;
-        let first = answer(self, &root)?;
-        let code = self
-            .s
-            .post_reply(&root, &first, &format!("remember the code word {CODE}"))?;
-        let mut last = answer(self, &code)?;
+    /// Waits a while for the answer to the question (the build under test may never give one:
+    /// that is what the cell shows, not an error).
+    fn await_answer(&self, question: &Event) {
+        let _ = wait_until(WAIT, || self.answer_now(question));
+    }
+
+    /// Posts the thread to a running harness, waiting for each answer. `cause`, when given, is
+    /// one more message for the agent right after the code word's answer (a cause that is a turn
+    /// of its own): the fillers then push its answer out of the window too, since the test
+    /// agent's answers list the nonces they have seen.
+    fn thread(&self, cause: Option<&str>) -> Result<Thread, CellError> {
+        let root = self.post("a long thread starts here", None, true)?;
+        let first = self.wait_answer(&root)?;
+        let code = self.post(
+            &format!("remember the code word {CODE}"),
+            Some((&root, &first)),
+            true,
+        )?;
+        let mut last = self.wait_answer(&code)?;
         let frames_before_cause = self.frames_now();
         if let Some(text) = cause {
-            let turn = self.s.post_reply(&root, &last, text)?;
-            last = answer(self, &turn)?;
+            let turn = self.post(text, Some((&root, &last)), true)?;
+            last = self.wait_answer(&turn)?;
         }
         for i in 1..=FILLERS {
-            last = self
-                .s
-                .post_chatter(&root, &last, &format!("filler message number {i}"))?;
+            last = self.post(
+                &format!("filler message number {i}"),
+                Some((&root, &last)),
+                false,
+            )?;
         }
         Ok(Thread {
             root,
@@ -510,22 +564,23 @@ impl Cell<'_> {
         })
     }
 
-    /// The thread with a `--once` run after each mention.
-    fn thread_once(
-        &mut self,
-        agent_args: &[&str],
-        extra: &[&str],
-        env: &[(&str, &str)],
-    ) -> Result<Thread, CellError> {
-        self.thread(None, |cell, event| {
-            cell.once(agent_args, extra, env)?;
-            cell.answered(event)
-        })
+    /// The thread, posted to a harness started for it and stopped afterwards (the first run of
+    /// a restart).
+    fn thread_then_stop(&mut self, setup: Setup<'_>) -> Result<Thread, CellError> {
+        let harness = self.live(setup)?;
+        let thread = self.thread(None)?;
+        stop(harness)?;
+        Ok(thread)
     }
 
-    /// The thread, answered by a long-running harness.
-    fn thread_live(&mut self) -> Result<Thread, CellError> {
-        self.thread(None, |cell, event| cell.wait_answer(event))
+    /// Starts the harness again, asks the question and stops it once the question is answered
+    /// (or it never is).
+    fn ask_after_restart(&mut self, t: &Thread, setup: Setup<'_>) -> Result<Event, CellError> {
+        let harness = self.live(setup)?;
+        let question = self.ask(t, QUESTION)?;
+        self.await_answer(&question);
+        stop(harness)?;
+        Ok(question)
     }
 
     fn frames_now(&self) -> usize {
@@ -534,23 +589,25 @@ impl Cell<'_> {
             .unwrap_or(0)
     }
 
-    fn ask(&mut self, t: &Thread, text: &str) -> Result<Event, CellError> {
-        Ok(self.s.post_reply(&t.root, &t.last, text)?)
+    fn ask(&self, t: &Thread, text: &str) -> Result<Event, CellError> {
+        self.post(text, Some((&t.root, &t.last)), true)
     }
 
     // ----- the cells ---------------------------------------------------------------------------
 
     fn restart(&mut self) -> Result<Script, CellError> {
-        let t = self.thread_once(&[], &[], &[])?;
+        let t = self.thread_then_stop(Setup::default())?;
         let at = self.frames_now();
-        let question = self.ask(&t, QUESTION)?;
-        self.once(&[], &[], &[])?;
+        let question = self.ask_after_restart(&t, Setup::default())?;
         Ok(Script::new(t.root, question, at))
     }
 
     fn idle_sleep(&mut self) -> Result<Script, CellError> {
-        let live = self.live(&[], &["--lazy-pool", "--idle-pool-sleep", "1"], &[])?;
-        let t = self.thread_live()?;
+        let harness = self.live(Setup {
+            extra: &["--lazy-pool", "--idle-pool-sleep", "1"],
+            ..Setup::default()
+        })?;
+        let t = self.thread(None)?;
         let at = self.frames_now();
         // The pool sleeps once the code word's turn is over and nothing happens for a second: the
         // event, not a guess at how long that takes.
@@ -559,14 +616,14 @@ impl Cell<'_> {
         })
         .ok_or_else(|| CellError::Setup("the pool did not sleep".into()))?;
         let question = self.ask(&t, QUESTION)?;
-        let _ = wait_until(WAIT, || self.s.reply_to(&question.id));
-        live.stop()?;
+        self.await_answer(&question);
+        stop(harness)?;
         Ok(Script::new(t.root, question, at))
     }
 
     fn agent_crash(&mut self) -> Result<Script, CellError> {
-        let live = self.live(&[], &[], &[])?;
-        let t = self.thread_live()?;
+        let harness = self.live(Setup::default())?;
+        let t = self.thread(None)?;
         let at = self.frames_now();
         let pids =
             std::fs::read_to_string(&self.pid_file).map_err(io("reading the agents' pids"))?;
@@ -582,86 +639,82 @@ impl Cell<'_> {
         });
         gone.ok_or_else(|| CellError::Setup("the agent outlived SIGKILL".into()))?;
         let question = self.ask(&t, QUESTION)?;
-        let _ = wait_until(WAIT, || self.s.reply_to(&question.id));
-        live.stop()?;
+        self.await_answer(&question);
+        stop(harness)?;
         Ok(Script::new(t.root, question, at))
     }
 
     fn transcript_lost(&mut self) -> Result<Script, CellError> {
-        let t = self.thread_once(&[], &[], &[])?;
+        let t = self.thread_then_stop(Setup::default())?;
         let at = self.frames_now();
         let sessions = self.s.agent_state_dir.join("sessions");
         std::fs::remove_dir_all(&sessions).map_err(io("removing the agent's transcripts"))?;
-        let question = self.ask(&t, QUESTION)?;
-        self.once(&[], &[], &[])?;
+        let question = self.ask_after_restart(&t, Setup::default())?;
         Ok(Script::new(t.root, question, at))
     }
 
     fn turn_limit(&mut self) -> Result<Script, CellError> {
-        let live = self.live(&[], &["--max-turns-per-session", "1"], &[])?;
-        let t = self.thread_live()?;
+        let harness = self.live(Setup {
+            extra: &["--max-turns-per-session", "1"],
+            ..Setup::default()
+        })?;
+        let t = self.thread(None)?;
         let at = self.frames_now();
         let question = self.ask(&t, QUESTION)?;
-        let _ = wait_until(WAIT, || {
-            self.s.reply_to(&question.id).filter(|r| !is_notice(r))
-        });
-        live.stop()?;
+        self.await_answer(&question);
+        stop(harness)?;
         Ok(Script::new(t.root, question, at))
     }
 
     fn turn_limit_across_restart(&mut self) -> Result<Script, CellError> {
-        let limit = ["--max-turns-per-session", "2"];
-        let t = self.thread_once(&[], &limit, &[])?;
+        let limit = Setup {
+            extra: &["--max-turns-per-session", "2"],
+            ..Setup::default()
+        };
+        let t = self.thread_then_stop(limit)?;
         let at = self.frames_now();
-        let question = self.ask(&t, QUESTION)?;
-        self.once(&[], &limit, &[])?;
+        let question = self.ask_after_restart(&t, limit)?;
         Ok(Script::new(t.root, question, at))
     }
 
     fn max_tokens(&mut self) -> Result<Script, CellError> {
-        let live = self.live(&[], &[], &[])?;
-        let long = "write a lot !stop:max_tokens";
-        let t = self.thread(Some(long), |cell, event| cell.wait_answer(event))?;
+        let harness = self.live(Setup::default())?;
+        let t = self.thread(Some("write a lot !stop:max_tokens"))?;
         let question = self.ask(&t, QUESTION)?;
-        let _ = wait_until(WAIT, || self.s.reply_to(&question.id));
-        live.stop()?;
+        self.await_answer(&question);
+        stop(harness)?;
         Ok(Script::new(t.root, question, t.frames_before_cause))
     }
 
     fn context_exhausted(&mut self) -> Result<Script, CellError> {
-        let live = self.live(&[], &[], &[])?;
-        let t = self.thread_live()?;
+        let harness = self.live(Setup::default())?;
+        let t = self.thread(None)?;
         let at = self.frames_now();
         let question = self.ask(&t, &format!("{QUESTION} !full"))?;
-        let _ = wait_until(WAIT, || {
-            self.s.reply_to(&question.id).filter(|r| !is_notice(r))
-        });
-        live.stop()?;
+        self.await_answer(&question);
+        stop(harness)?;
         Ok(Script::new(t.root, question, at))
     }
 
     /// The owner switches the model in the code word's thread; another thread, answered before,
     /// asks again after.
     fn model(&mut self, agent_args: &[&str]) -> Result<Script, CellError> {
-        let live = self.live(agent_args, &[], &[])?;
-        let t = self.thread_live()?;
-        let other = self.s.post_top("another thread")?;
+        let harness = self.live(Setup {
+            agent_args,
+            ..Setup::default()
+        })?;
+        let t = self.thread(None)?;
+        let other = self.post("another thread", None, true)?;
         let other_answer = self.wait_answer(&other)?;
         let at = self.frames_now();
-        let switch = self
-            .s
-            .post_reply_as(OWNER, &t.root, &t.last, "!model test-large")?;
-        let switched = wait_until(WAIT, || self.s.reply_to(&switch.id));
+        let switch = self.post("!model test-large", Some((&t.root, &t.last)), true)?;
+        let switched = wait_until(WAIT, || self.reply_now(&switch));
         let after_switch = switched.clone().unwrap_or_else(|| switch.clone());
-        let question = self.s.post_reply(&t.root, &after_switch, QUESTION)?;
-        let _ = wait_until(WAIT, || {
-            self.s.reply_to(&question.id).filter(|r| !is_notice(r))
-        });
-        let follow_up = self
-            .s
-            .post_reply(&other, &other_answer, "and this thread?")?;
-        let _ = wait_until(WAIT, || self.s.reply_to(&follow_up.id));
-        live.stop()?;
+        let question = self.post(QUESTION, Some((&t.root, &after_switch)), true)?;
+        self.await_answer(&question);
+        let follow_up = self.post("and this thread?", Some((&other, &other_answer)), true)?;
+        self.await_answer(&follow_up);
+        stop(harness)?;
         let mut script = Script::new(t.root, question, at);
         script.command = Some((switch, switched));
         script.other_thread = Some(OtherThread {
@@ -672,16 +725,20 @@ impl Cell<'_> {
     }
 
     fn restore_given_up(&mut self) -> Result<Script, CellError> {
-        let t = self.thread_once(&[], &[], &[])?;
+        let t = self.thread_then_stop(Setup::default())?;
         let at = self.frames_now();
-        let question = self.ask(&t, QUESTION)?;
         // The series' retry bounds, shortened (a build without them ignores the variables): one
         // retry a second later, then the harness gives up.
         let bounds = [
             ("BUZZ_ACP_RESUME_RETRY_SECS", "1"),
             ("BUZZ_ACP_RESUME_MAX_ATTEMPTS", "2"),
         ];
-        self.once(&["--load-error", "-32000"], &[], &bounds)?;
+        let failing = Setup {
+            agent_args: &["--load-error", "-32000"],
+            env: &bounds,
+            ..Setup::default()
+        };
+        let question = self.ask_after_restart(&t, failing)?;
         Ok(Script::new(t.root, question, at))
     }
 
@@ -689,36 +746,48 @@ impl Cell<'_> {
         let mut pg = pg_fixture::PgServer::start(pg_fixture::Options::default())?;
         let url = pg.url();
         let store = [("BUZZ_ACP_SESSION_STORE_URL", url.as_str())];
-        let t = self.thread_once(&[], &[], &store)?;
+        let t = self.thread_then_stop(Setup {
+            env: &store,
+            ..Setup::default()
+        })?;
         let at = self.frames_now();
         pg.stop()?;
-        let question = self.ask(&t, QUESTION)?;
         let down = [
             ("BUZZ_ACP_SESSION_STORE_URL", url.as_str()),
             ("BUZZ_ACP_SESSION_STORE_WAIT_SECS", "1"),
         ];
-        self.once(&[], &[], &down)?;
+        let question = self.ask_after_restart(
+            &t,
+            Setup {
+                env: &down,
+                ..Setup::default()
+            },
+        )?;
         let mut script = Script::new(t.root, question, at);
         script.postgres = Some(pg);
         Ok(script)
     }
 
     fn owner_rotate(&mut self) -> Result<Script, CellError> {
-        let live = self.live(&[], &[], &[])?;
-        let t = self.thread_live()?;
+        let harness = self.live(Setup::default())?;
+        let t = self.thread(None)?;
         let at = self.frames_now();
-        let rotate = self.s.post_reply_as(OWNER, &t.root, &t.last, "!rotate")?;
-        let rotated = wait_until(WAIT, || self.s.reply_to(&rotate.id));
+        let rotate = self.post("!rotate", Some((&t.root, &t.last)), true)?;
+        let rotated = wait_until(WAIT, || self.reply_now(&rotate));
         let after = rotated.clone().unwrap_or_else(|| rotate.clone());
-        let question = self.s.post_reply(&t.root, &after, QUESTION)?;
-        let _ = wait_until(WAIT, || {
-            self.s.reply_to(&question.id).filter(|r| !is_notice(r))
-        });
-        live.stop()?;
+        let question = self.post(QUESTION, Some((&t.root, &after)), true)?;
+        self.await_answer(&question);
+        stop(harness)?;
         let mut script = Script::new(t.root, question, at);
         script.command = Some((rotate, rotated));
         Ok(script)
     }
+}
+
+/// Stops a harness (SIGTERM: it settles its turns and flushes its receipt writes).
+fn stop(harness: Background) -> Result<(), CellError> {
+    harness.stop().map_err(io("stopping buzz-acp"))?;
+    Ok(())
 }
 
 /// Sends SIGKILL to process `pid`.
@@ -743,47 +812,4 @@ fn process_runs(pid: &str) -> bool {
             after_name.chars().next()
         })
         .is_some_and(|state| state != 'Z' && state != 'X')
-}
-
-/// A harness running in the background, with the environment a cell gives it; killed when
-/// dropped.
-struct Live {
-    child: Child,
-}
-
-impl Live {
-    fn start(
-        s: &Scenario,
-        harness: &Path,
-        agent_command: &str,
-        extra: &[&str],
-        env: &[(&str, &str)],
-    ) -> Result<Live, CellError> {
-        let log_path = s.root.join("harness.log");
-        let log = std::fs::File::create(&log_path).map_err(io("creating the harness log"))?;
-        let mut cmd = s.harness_command(harness, agent_command, extra);
-        cmd.envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(log);
-        let child = cmd.spawn().map_err(io("starting buzz-acp"))?;
-        Ok(Live { child })
-    }
-
-    /// Asks the harness to stop (SIGTERM) and waits for it.
-    fn stop(mut self) -> Result<(), CellError> {
-        let pid = self.child.id().to_string();
-        let term = Command::new("kill").args(["-TERM", &pid]).status();
-        if !term.is_ok_and(|s| s.success()) {
-            self.child.kill().map_err(io("killing buzz-acp"))?;
-        }
-        self.child.wait().map_err(io("waiting for buzz-acp"))?;
-        Ok(())
-    }
-}
-
-impl Drop for Live {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
