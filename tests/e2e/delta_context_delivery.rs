@@ -2,31 +2,40 @@
 //! been shown (`delivered_event_ids`, `standing_context_sent`) is persisted
 //! with its receipt, so after a resume the first prompt carries only the
 //! events the loaded session has not seen.
+//!
+//! Every scenario runs over the test relay (`RelayWorld`): the owner writes, a
+//! colleague chats without mentioning the agent, and a restart is the harness
+//! stopped and started again (it hears only what is posted while it runs, and
+//! reads the thread's history from the relay when it starts).
 
 use buzz_acp_fork_tests::relay::RelayWorld;
 use buzz_acp_fork_tests::*;
 
-/// Two turns and some chatter, a restart, one new message: the first prompt
-/// after `session/load` holds only that message (as context) and the trigger,
-/// never the thread root or the earlier replies again.
+/// Two turns, a restart, chatter while the harness is stopped, a restart, one
+/// new message: the first prompt after each `session/load` holds only what
+/// the loaded session has not seen (the chatter, fetched from the relay's
+/// history) and the trigger, never the thread root or the earlier replies
+/// again.
 #[test]
 fn after_a_restart_the_first_prompt_holds_only_the_new_events() {
-    let (_dir, mut s) = scenario();
-    let root = s.post_top("Plan the release").unwrap();
-    run_once(&s, &[], &[]);
-    let r1 = s.reply_to(&root.id).unwrap();
-    let q2 = s.post_reply(&root, &r1, "step one?").unwrap();
-    run_once(&s, &[], &[]);
-    let r2 = s.reply_to(&q2.id).unwrap();
+    let w = RelayWorld::new();
+    let harness = w.start(&[], &[]);
+    let root = w.post_top("Plan the release");
+    let r1 = w.wait_for_reply(&root.id, WAIT).expect("answered");
+    harness.stop().expect("the harness stops");
 
-    let chatter = s
-        .post_chatter(&root, &r2, "fyi: freeze is on friday")
-        .unwrap();
-    let q3 = s.post_reply(&root, &chatter, "step two?").unwrap();
-    run_once(&s, &[], &[]);
-    let r3 = s.reply_to(&q3.id).unwrap();
+    let harness = w.start(&[], &[]);
+    let q2 = w.post_reply(&root, &r1, "step one?");
+    let r2 = w.wait_for_reply(&q2.id, WAIT).expect("answered");
+    harness.stop().expect("the harness stops");
 
-    let frames = wire(&s);
+    let chatter = w.post_chatter(&root, &r2, "fyi: freeze is on friday");
+    let harness = w.start(&[], &[]);
+    let q3 = w.post_reply(&root, &chatter, "step two?");
+    let r3 = w.wait_for_reply(&q3.id, WAIT).expect("answered");
+    harness.stop().expect("the harness stops");
+
+    let frames = wire(&w.s);
     assert_eq!(count_method(&frames, "session/load"), 2);
     assert_eq!(count_method(&frames, "session/new"), 1);
     let p = prompts(&frames);
@@ -43,55 +52,25 @@ fn after_a_restart_the_first_prompt_holds_only_the_new_events() {
         "the root is not re-sent"
     );
     assert_eq!(turns(&r3), 3);
-    insta::assert_json_snapshot!("restart_delta_wire_log", wire_view(&s));
-}
-
-/// The same over a real Nostr relay: while the harness is stopped, someone else writes in the
-/// thread; after the restart the owner's follow-up is answered on the loaded session, whose first
-/// prompt carries only that message (fetched from the relay), not the root it already had.
-#[test]
-fn over_a_relay_after_a_restart_the_first_prompt_holds_only_the_new_events() {
-    let w = RelayWorld::new();
-    let harness = w.start(&[], &[]);
-    let root = w.say(&w.owner, "Plan the release", None);
-    let r1 = w.answer_to(&root);
-    harness.stop().expect("the harness stops");
-
-    let root_id = root.id.to_hex();
-    let someone = nostr::Keys::generate();
-    let chatter = w.say(&someone, "fyi: freeze is on friday", Some((&root_id, &r1.id)));
-    let harness = w.start(&[], &[]);
-    let chatter_id = chatter.id.to_hex();
-    let q = w.say(&w.owner, "step two?", Some((&root_id, &chatter_id)));
-    let answer = w.answer_to(&q);
-    harness.stop().expect("the harness stops");
-
-    let frames = wire(&w.s);
-    assert_eq!(count_method(&frames, "session/new"), 1);
-    let p = prompts(&frames);
-    assert_eq!(p.len(), 2);
-    assert_eq!(context_entries(&p[1]), 1, "only the chatter is new: {}", p[1]);
-    assert!(p[1].contains("freeze is on friday"), "{}", p[1]);
-    assert!(!p[1].contains("Plan the release"), "the root is not re-sent: {}", p[1]);
-    assert_eq!(turns(&answer), 2);
+    insta::assert_json_snapshot!("restart_delta_wire_log", w.wire_view());
 }
 
 /// The same after an idle pool sleep: the reloaded session gets the delta.
 #[test]
 fn after_an_idle_pool_sleep_the_reloaded_session_gets_only_the_delta() {
-    let (_dir, mut s) = scenario();
-    let running = start(&s, &[], &["--lazy-pool", "--idle-pool-sleep", "1"]);
-    let root = s.post_top("a thread").unwrap();
-    let r1 = s.wait_for_reply(&root.id, WAIT).unwrap();
+    let w = RelayWorld::new();
+    let harness = w.start(&[], &["--lazy-pool", "--idle-pool-sleep", "1"]);
+    let root = w.post_top("a thread");
+    let r1 = w.wait_for_reply(&root.id, WAIT).expect("answered");
     wait_until(WAIT, || {
-        (!s.observer_records("pool_sleep").is_empty()).then_some(())
+        (!w.s.observer_records("pool_sleep").is_empty()).then_some(())
     })
     .expect("the pool sleeps");
-    let q = s.post_reply(&root, &r1, "after the sleep").unwrap();
-    let r2 = s.wait_for_reply(&q.id, WAIT).unwrap();
-    running.stop().unwrap();
+    let q = w.post_reply(&root, &r1, "after the sleep");
+    let r2 = w.wait_for_reply(&q.id, WAIT).expect("answered");
+    harness.stop().expect("the harness stops");
 
-    let frames = wire(&s);
+    let frames = wire(&w.s);
     assert_eq!(count_method(&frames, "session/load"), 1);
     assert_eq!(context_entries(&prompts(&frames)[1]), 0);
     assert_eq!(turns(&r2), 2);
@@ -102,22 +81,25 @@ fn after_an_idle_pool_sleep_the_reloaded_session_gets_only_the_delta() {
 /// fresh session's own turn (nothing inherited from the lost one).
 #[test]
 fn a_fresh_session_after_a_failed_load_gets_the_whole_window_and_a_new_ledger() {
-    let (_dir, mut s) = scenario();
-    let root = s.post_top("root").unwrap();
-    run_once(&s, &[], &[]);
-    let r1 = s.reply_to(&root.id).unwrap();
-    let q = s.post_reply(&root, &r1, "again").unwrap();
-    run_once(&s, &["--load-error", "-32002"], &[]);
-    let r2 = s.reply_to(&q.id).unwrap();
+    let w = RelayWorld::new();
+    let harness = w.start(&[], &[]);
+    let root = w.post_top("root");
+    let r1 = w.wait_for_reply(&root.id, WAIT).expect("answered");
+    harness.stop().expect("the harness stops");
 
-    let frames = wire(&s);
+    let harness = w.start(&["--load-error", "-32002"], &[]);
+    let q = w.post_reply(&root, &r1, "again");
+    let r2 = w.wait_for_reply(&q.id, WAIT).expect("answered");
+    harness.stop().expect("the harness stops");
+
+    let frames = wire(&w.s);
     let p = prompts(&frames);
     assert_eq!(
         context_entries(&p[1]),
         2,
         "root and first reply, as upstream"
     );
-    let stored = receipts(&s);
+    let stored = receipts(&w);
     assert_eq!(stored.len(), 1);
     let ledger = stored[0]
         .record
@@ -135,19 +117,18 @@ fn a_fresh_session_after_a_failed_load_gets_the_whole_window_and_a_new_ledger() 
 /// in a context window, so the store file does not grow with the thread.
 #[test]
 fn the_persisted_ledger_stays_bounded_in_long_threads() {
-    let (_dir, mut s) = scenario();
-    let root = s.post_top("a long thread").unwrap();
+    let w = RelayWorld::new();
+    let root = w.post_top("a long thread");
     let mut parent = root.clone();
     for i in 0..30 {
-        parent = s
-            .post_chatter(&root, &parent, &format!("message {i}"))
-            .unwrap();
+        parent = w.post_chatter(&root, &parent, &format!("message {i}"));
     }
-    let q = s.post_reply(&root, &parent, "summarise").unwrap();
-    run_once(&s, &[], &["--context-message-limit", "5"]);
-    assert!(s.reply_to(&q.id).is_some());
+    let harness = w.start(&[], &["--context-message-limit", "5"]);
+    let q = w.post_reply(&root, &parent, "summarise");
+    assert!(w.wait_for_reply(&q.id, WAIT).is_some());
+    harness.stop().expect("the harness stops");
 
-    let stored = receipts(&s);
+    let stored = receipts(&w);
     let ledger = stored[0]
         .record
         .delivery
@@ -157,5 +138,5 @@ fn the_persisted_ledger_stays_bounded_in_long_threads() {
     // root + 5 replies of the window + the two triggers + the reply, at most.
     assert!(ids <= 9, "{ids} ids stored for a window of 5");
     assert!(ids >= 7);
-    insta::assert_json_snapshot!("bounded_store_file", store_view(&s));
+    insta::assert_json_snapshot!("bounded_store_file", w.store_view());
 }

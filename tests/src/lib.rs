@@ -355,9 +355,31 @@ pub fn wire_shape(s: &Scenario) -> Value {
     view
 }
 
+/// Where a scenario's harness keeps its files, and the scope it keys its receipts by: a
+/// [`Scenario`] on the file relay, or a [`relay::RelayWorld`] on a Nostr relay.
+pub trait HarnessFiles {
+    /// The scenario: state directory, wire log, observer log.
+    fn files(&self) -> &Scenario;
+    /// The relay identity and agent key the harness stores its receipts under.
+    fn store_scope(&self) -> StoreScope;
+}
+
+impl HarnessFiles for Scenario {
+    fn files(&self) -> &Scenario {
+        self
+    }
+
+    fn store_scope(&self) -> StoreScope {
+        StoreScope {
+            relay: relay_identity(self),
+            agent_pubkey: AGENT.to_string(),
+        }
+    }
+}
+
 /// The embedded receipt store (SQLite) of the scenario's harness.
-pub fn store_path(s: &Scenario) -> PathBuf {
-    s.state_dir.join("sessions.sqlite3")
+pub fn store_path(s: &impl HarnessFiles) -> PathBuf {
+    s.files().state_dir.join("sessions.sqlite3")
 }
 
 /// The relay identity the harness keys its receipts by.
@@ -368,21 +390,18 @@ pub fn relay_identity(s: &Scenario) -> String {
 }
 
 /// Every receipt of the scenario's agent, sorted by key (empty before the store exists).
-pub fn receipts(s: &Scenario) -> Vec<StoredReceipt> {
+pub fn receipts(s: &impl HarnessFiles) -> Vec<StoredReceipt> {
     if !store_path(s).exists() {
         return Vec::new();
     }
-    let scope = StoreScope {
-        relay: relay_identity(s),
-        agent_pubkey: AGENT.to_string(),
-    };
+    let scope = s.store_scope();
     let store = SqliteStore::open(&store_path(s), scope, KeyScheme::Scope, 1_000).expect("store");
     store.receipts().expect("receipts")
 }
 
 /// The store's sessions once it holds `n` receipts. A running harness writes receipts beside its
 /// event loop, so a reply can be published before its receipt lands; this waits for the write.
-pub fn stored_sessions_once(s: &Scenario, n: usize) -> HashMap<String, String> {
+pub fn stored_sessions_once(s: &impl HarnessFiles, n: usize) -> HashMap<String, String> {
     wait_until(WAIT, || {
         let stored = stored_sessions(s);
         (stored.len() == n).then_some(stored)
@@ -396,7 +415,7 @@ pub fn stored_sessions_once(s: &Scenario, n: usize) -> HashMap<String, String> {
 }
 
 /// Session ids recorded in the store, by storage key.
-pub fn stored_sessions(s: &Scenario) -> HashMap<String, String> {
+pub fn stored_sessions(s: &impl HarnessFiles) -> HashMap<String, String> {
     receipts(s)
         .into_iter()
         .map(|r| (r.key.to_storage_key(), r.record.session_id))
@@ -410,8 +429,8 @@ pub const CONTINUITY_FIELDS: [&str; 4] = ["turns", "usage", "retired", "handoff"
 
 /// The snapshot view of the store: every receipt of the scenario's relay and agent key, by
 /// storage key, session ids numbered like the wire view, no timestamps, no continuity fields.
-pub fn store_view(s: &Scenario) -> Value {
-    let order = session_order(&wire(s));
+pub fn store_view(s: &impl HarnessFiles) -> Value {
+    let order = session_order(&wire(s.files()));
     let mut sessions = serde_json::Map::new();
     for r in receipts(s) {
         let mut record = serde_json::to_value(&r.record).expect("record is JSON");
@@ -433,7 +452,7 @@ pub fn store_view(s: &Scenario) -> Value {
 /// The receipts without the parts later patches extend: per receipt (sorted by session), the
 /// session id and the applied and requested model and permission mode. No storage keys and no
 /// delivery ledger.
-pub fn receipt_view(s: &Scenario) -> Value {
+pub fn receipt_view(s: &impl HarnessFiles) -> Value {
     let store = store_view(s);
     let mut receipts: Vec<Value> = store["sessions"]
         .as_object()

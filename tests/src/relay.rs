@@ -18,6 +18,7 @@ use buzz_acp::testing::{
 };
 use buzz_test_relay::{RelayConfig, TestRelay};
 use nostr::{Keys, Timestamp};
+use serde_json::Value;
 
 use crate::{Background, CheckedDir, WAIT, agent, harness_bin, scenario};
 
@@ -61,6 +62,8 @@ pub struct Chat {
     pub agent: Keys,
     /// The owner: by default the only person the harness answers.
     pub owner: Keys,
+    /// The id of every message posted through [`Chat::post_in`], in order.
+    posted: std::sync::Mutex<Vec<String>>,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -86,6 +89,7 @@ impl Chat {
             relay,
             agent: Keys::generate(),
             owner: Keys::generate(),
+            posted: std::sync::Mutex::default(),
             runtime,
         };
         chat.runtime
@@ -111,15 +115,71 @@ impl Chat {
         thread: Option<(&str, &str)>,
         mention: bool,
     ) -> Result<nostr::Event, ChatError> {
+        self.post_in(RELAY_CHANNEL, author, text, thread, mention)
+    }
+
+    /// [`Chat::post`] in `channel`.
+    ///
+    /// # Errors
+    /// The relay refused the event or could not be reached.
+    pub fn post_in(
+        &self,
+        channel: &str,
+        author: &Keys,
+        text: &str,
+        thread: Option<(&str, &str)>,
+        mention: bool,
+    ) -> Result<nostr::Event, ChatError> {
         let message = ChatMessage {
-            channel: RELAY_CHANNEL,
+            channel,
             mention: mention.then(|| self.agent.public_key()),
             text,
             thread,
             at: Timestamp::now(),
         };
-        self.runtime
-            .block_on(post_chat(&self.relay.ws_url(), author, message))
+        let event = self
+            .runtime
+            .block_on(post_chat(&self.relay.ws_url(), author, message))?;
+        if let Ok(mut posted) = self.posted.lock() {
+            posted.push(event.id.to_hex());
+        }
+        Ok(event)
+    }
+
+    /// Stable names for what differs between runs over a relay, so a snapshot reads the same
+    /// every time: the people's keys (`<agent>`, `<owner>`), each posted message by its order
+    /// (`m1`, `m2`, …), and each of the agent's messages by what it answers or quotes
+    /// (`reply-to-m2`, `notice-about-m3`).
+    pub fn labels(&self) -> Vec<(String, String)> {
+        let posted = self.posted.lock().map(|p| p.clone()).unwrap_or_default();
+        let mut labels: Vec<(String, String)> = vec![
+            (self.agent.public_key().to_hex(), "<agent>".into()),
+            (self.owner.public_key().to_hex(), "<owner>".into()),
+        ];
+        labels.extend(
+            posted
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.clone(), format!("m{}", i + 1))),
+        );
+        let name = |labels: &[(String, String)], id: &str| {
+            labels
+                .iter()
+                .find(|(from, _)| from == id)
+                .map(|(_, to)| to.clone())
+        };
+        for message in self.agent_messages().unwrap_or_default() {
+            let quoted = message.tag_values("q").next().map(str::to_string);
+            let label = match (quoted, message.thread_refs().reply) {
+                (Some(q), _) => name(&labels, &q).map(|l| format!("notice-about-{l}")),
+                (None, Some(r)) => name(&labels, &r).map(|l| format!("reply-to-{l}")),
+                (None, None) => None,
+            };
+            if let Some(label) = label {
+                labels.push((message.id.clone(), label));
+            }
+        }
+        labels
     }
 
     /// `author` says `text` in the channel mentioning the agent; `thread` = the ids of the
@@ -224,29 +284,134 @@ pub struct Launch<'a> {
     pub log: PathBuf,
 }
 
+/// The DM channel between the owner and the agent (the file relay's `DIRECT`).
+pub const DM_CHANNEL: &str = buzz_acp::testing::DIRECT;
+
 /// A [`Chat`] and a scenario for the agent's files (state, wire log), checked against the ACP
 /// schema when the test ends ([`CheckedDir`]).
+///
+/// Besides the stream [`RELAY_CHANNEL`] (`#general`, the file relay's `GENERAL`), the agent and
+/// its owner share the DM [`DM_CHANNEL`]. The `post_*` methods and the readers mirror
+/// [`Scenario`]'s, with [`Event`]s: the owner writes, a colleague ([`RelayWorld::user`]) chats
+/// without mentioning the agent, and the relay is read back for what the agent published.
 pub struct RelayWorld {
     chat: Chat,
+    /// A colleague of the owner: the harness answers them only with `--respond-to anyone`.
+    pub user: Keys,
     /// The scenario (state directory, wire log, observer log).
     pub s: Scenario,
     _dir: CheckedDir,
 }
 
 impl RelayWorld {
-    /// Starts a relay where the agent belongs to [`RELAY_CHANNEL`].
+    /// Starts a relay where the agent belongs to [`RELAY_CHANNEL`] and [`DM_CHANNEL`].
     pub fn new() -> RelayWorld {
         let (dir, s) = scenario();
+        let chat = Chat::start().expect("the relay starts");
+        let members = [chat.agent.public_key(), chat.owner.public_key()];
+        chat.runtime
+            .block_on(chat.relay.add_channel(DM_CHANNEL, "owner", "dm", &members))
+            .expect("the DM channel");
         RelayWorld {
-            chat: Chat::start().expect("the relay starts"),
+            chat,
+            user: Keys::generate(),
             s,
             _dir: dir,
         }
     }
 
-    /// Starts the patched harness on the relay as the agent and waits until it is subscribed.
-    /// Its log goes to `harness-relay-N.log` in the scenario's root.
-    pub fn start(&self, agent_args: &[&str], extra: &[&str]) -> Background {
+    /// Runs `f` on the relay's runtime (e.g. a [`TestRelay`] call).
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.chat.runtime.block_on(f)
+    }
+
+    fn posted(
+        &self,
+        channel: &str,
+        author: &Keys,
+        text: &str,
+        thread: Option<(&Event, &Event)>,
+        mention: bool,
+    ) -> Event {
+        let ids = thread.map(|(root, parent)| (root.id.as_str(), parent.id.as_str()));
+        let event = self
+            .chat
+            .post_in(channel, author, text, ids, mention)
+            .unwrap_or_else(|e| panic!("posting {text:?}: {e}"));
+        Event::from(&event)
+    }
+
+    /// The owner opens a thread in [`RELAY_CHANNEL`] mentioning the agent.
+    pub fn post_top(&self, text: &str) -> Event {
+        self.posted(RELAY_CHANNEL, &self.owner, text, None, true)
+    }
+
+    /// The owner writes to the agent in [`DM_CHANNEL`].
+    pub fn post_dm(&self, text: &str) -> Event {
+        self.posted(DM_CHANNEL, &self.owner, text, None, true)
+    }
+
+    /// The owner replies in `root`'s thread (to `parent`) mentioning the agent.
+    pub fn post_reply(&self, root: &Event, parent: &Event, text: &str) -> Event {
+        self.post_reply_as(&self.chat.owner, root, parent, text)
+    }
+
+    /// `author` replies in `root`'s thread (to `parent`) mentioning the agent.
+    pub fn post_reply_as(&self, author: &Keys, root: &Event, parent: &Event, text: &str) -> Event {
+        let channel = root.channel_id().map(|c| c.to_string());
+        let channel = channel.as_deref().unwrap_or(RELAY_CHANNEL);
+        self.posted(channel, author, text, Some((root, parent)), true)
+    }
+
+    /// The colleague replies in `root`'s thread (to `parent`) without mentioning the agent
+    /// (history only).
+    pub fn post_chatter(&self, root: &Event, parent: &Event, text: &str) -> Event {
+        let channel = root.channel_id().map(|c| c.to_string());
+        let channel = channel.as_deref().unwrap_or(RELAY_CHANNEL);
+        self.posted(channel, &self.user, text, Some((root, parent)), false)
+    }
+
+    /// Every message the agent published, oldest first.
+    pub fn replies(&self) -> Vec<Event> {
+        self.chat.agent_events()
+    }
+
+    /// The agent's reply to `event_id` (its `e` tag marked `reply`), if published.
+    pub fn reply_to(&self, event_id: &str) -> Option<Event> {
+        answer_among(self.replies(), event_id)
+    }
+
+    /// Waits up to `timeout` for the agent's reply to `event_id`.
+    pub fn wait_for_reply(&self, event_id: &str, timeout: std::time::Duration) -> Option<Event> {
+        crate::wait_until(timeout, || self.reply_to(event_id))
+    }
+
+    /// How many of the agent's messages answer `event_id` (as its reply, or as one more trigger
+    /// of a batch).
+    pub fn answers_to(&self, event_id: &str) -> usize {
+        self.replies()
+            .iter()
+            .filter(|r| r.answered_ids().iter().any(|id| id == event_id))
+            .count()
+    }
+
+    /// What the harness posted about `event_id` (a notice: it quotes the event with a `q` tag
+    /// and is never an answer to it), oldest first.
+    pub fn notices_about(&self, event_id: &str) -> Vec<Event> {
+        self.replies()
+            .into_iter()
+            .filter(|e| e.tag_values("q").any(|q| q == event_id))
+            .collect()
+    }
+
+    /// Starts the patched harness with `env` too (e.g. a fork flag's `BUZZ_ACP_*` variable: a
+    /// harness without the patch that reads it ignores it).
+    pub fn start_env(
+        &self,
+        agent_args: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Background {
         static STARTS: AtomicUsize = AtomicUsize::new(0);
         let n = STARTS.fetch_add(1, Ordering::Relaxed);
         let agent_command = agent(&self.s, agent_args);
@@ -255,12 +420,137 @@ impl RelayWorld {
             harness: &harness_bin(),
             agent_command: &agent_command,
             extra,
-            env: &[],
+            env,
             log: self.s.root.join(format!("harness-relay-{n}.log")),
         };
         self.chat
             .start_harness(launch)
             .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts the patched harness on the relay as the agent and waits until it is subscribed.
+    /// Its log goes to `harness-relay-N.log` in the scenario's root.
+    pub fn start(&self, agent_args: &[&str], extra: &[&str]) -> Background {
+        self.start_env(agent_args, extra, &[])
+    }
+
+    /// [`Chat::labels`], and `<user>` for the colleague.
+    pub fn labels(&self) -> Vec<(String, String)> {
+        let mut labels = self.chat.labels();
+        labels.push((self.user.public_key().to_hex(), "<user>".into()));
+        labels
+    }
+
+    /// `value` with what differs between runs over a relay replaced by stable names
+    /// ([`RelayWorld::labels`]; the times messages were written become `<time>`).
+    pub fn redacted(&self, value: Value) -> Value {
+        redact(value, &self.labels())
+    }
+
+    /// The snapshot view of the wire log ([`crate::wire_view`]), [`RelayWorld::redacted`].
+    pub fn wire_view(&self) -> Value {
+        self.redacted(crate::wire_view(&self.s))
+    }
+
+    /// The snapshot view of the store ([`crate::store_view`]), [`RelayWorld::redacted`]. A
+    /// ledger's `deliveredEventIds` is a set the store keeps sorted by id; ids differ between
+    /// runs, so the view sorts their names instead.
+    pub fn store_view(&self) -> Value {
+        let mut view = self.redacted(crate::store_view(self));
+        if let Some(sessions) = view["sessions"].as_object_mut() {
+            for receipt in sessions.values_mut() {
+                if let Some(ids) = receipt["delivery"]["deliveredEventIds"].as_array_mut() {
+                    ids.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
+                }
+            }
+        }
+        view
+    }
+}
+
+/// `value` with every string's occurrences of `labels`' keys (64-character hex keys and ids),
+/// and of their first 8 characters (how the thread context names authors and messages),
+/// replaced by their names, and every time to the second replaced by `<time>`.
+pub fn redact(value: Value, labels: &[(String, String)]) -> Value {
+    let mut all: Vec<(String, String)> = labels.to_vec();
+    all.extend(
+        labels
+            .iter()
+            .filter(|(from, _)| from.len() > 8)
+            .map(|(from, to)| (from[..8].to_string(), to.clone())),
+    );
+    // Longest first, so a whole id is replaced before its prefix.
+    all.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
+    replace_all(value, &all)
+}
+
+fn replace_all(value: Value, labels: &[(String, String)]) -> Value {
+    match value {
+        Value::String(text) => Value::String(redact_text(&text, labels)),
+        Value::Array(items) => {
+            Value::Array(items.into_iter().map(|v| replace_all(v, labels)).collect())
+        }
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (redact_text(&k, labels), replace_all(v, labels)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+fn redact_text(text: &str, labels: &[(String, String)]) -> String {
+    let mut text = text.to_string();
+    for (from, to) in labels {
+        if text.contains(from.as_str()) {
+            text = text.replace(from.as_str(), to);
+        }
+    }
+    without_times(&text)
+}
+
+/// `text` with every RFC 3339 UTC time to the second (`2026-12-05T11:06:42Z`) replaced by
+/// `<time>`.
+fn without_times(text: &str) -> String {
+    const SHAPE: &[u8] = b"dddd-dd-ddTdd:dd:ddZ";
+    let bytes = text.as_bytes();
+    let fits = |at: usize| {
+        bytes.len() >= at + SHAPE.len()
+            && SHAPE
+                .iter()
+                .zip(&bytes[at..])
+                .all(|(shape, b)| match shape {
+                    b'd' => b.is_ascii_digit(),
+                    other => b == other,
+                })
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut at = 0;
+    while at < bytes.len() {
+        if fits(at) {
+            out.push_str(&text[copied..at]);
+            out.push_str("<time>");
+            at += SHAPE.len();
+            copied = at;
+        } else {
+            at += 1;
+        }
+    }
+    out.push_str(&text[copied..]);
+    out
+}
+
+impl crate::HarnessFiles for RelayWorld {
+    fn files(&self) -> &Scenario {
+        &self.s
+    }
+
+    fn store_scope(&self) -> buzz_session_store::StoreScope {
+        buzz_session_store::StoreScope {
+            relay: self.relay.ws_url().trim_end_matches('/').to_string(),
+            agent_pubkey: self.agent.public_key().to_hex(),
+        }
     }
 }
 
