@@ -1,6 +1,6 @@
 //! Support for the store-outage scenarios (`e2e/store_outage.rs`): the receipt store frozen,
 //! stopped, refusing the harness's role, or write-locked by another process, while the real
-//! patched harness serves a relay.
+//! patched harness serves the test relay ([`RelayWorld`]) as the agent.
 //!
 //! Two rules shape these helpers.
 //!
@@ -18,17 +18,19 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use buzz_acp::relay::{ChannelId, ChannelInfo, ChannelKind, Event, EventBuilder, write_channels};
-use buzz_acp::testing::{AGENT, Scenario, USER, direct, general, reply_turns, wait_until_every};
+use buzz_acp::relay::Event;
+use buzz_acp::testing::{NostrRelayArgs, reply_turns, wait_until_every};
 use buzz_session_store::{
-    KeyScheme, PgStore, ReceiptStore, SqliteStore, StoreError, StoreScope, StoredReceipt,
+    KeyScheme, PgStore, ReceiptStore, SqliteStore, StoreError, StoredReceipt,
 };
 use pg_fixture::{Options, PgServer};
 
-use crate::{agent, harness_bin, relay_identity, store_path};
+use crate::relay::{Launch, RelayWorld};
+use crate::{HarnessFiles, agent, harness_bin, store_path};
 
 /// A second stream channel, `#ops`, for threads whose receipts must not share a key with
 /// `#general`'s: without `store-key-session-scope` receipts are keyed by channel.
@@ -39,85 +41,48 @@ pub const OPS: &str = "5d3c2b1a-9e8f-4a7b-8c6d-1e2f3a4b5c6d";
 /// waiting), and replays back off up to 30 s. Only a bound that turns a hang into a failure.
 pub const CATCH_UP: Duration = Duration::from_secs(120);
 
-/// `#ops` as a channel id.
-pub fn ops() -> ChannelId {
-    ChannelId::parse(OPS).unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Adds `#ops` to the scenario's relay (call before the harness starts).
-pub fn add_ops_channel(s: &Scenario) {
-    let stream = |name: &str| ChannelInfo {
-        name: name.into(),
-        kind: ChannelKind::Stream,
-    };
-    let dm = ChannelInfo {
-        name: "dm".into(),
-        kind: ChannelKind::Dm,
-    };
-    write_channels(
-        &s.relay_dir,
-        &[
-            (general(), stream("general")),
-            (direct(), dm),
-            (ops(), stream("ops")),
-        ],
+/// Adds `#ops` to the world's relay with the agent as a member (call before the harness starts:
+/// it finds its channels when it connects).
+pub fn add_ops_channel(w: &RelayWorld) {
+    w.block_on(
+        w.relay
+            .add_channel(OPS, "ops", "stream", &[w.agent.public_key()]),
     )
-    .expect("write channels.json");
+    .unwrap_or_else(|e| panic!("add #ops to the relay: {e}"));
 }
 
-/// A top-level message mentioning the agent in `#ops`: a new thread there.
-pub fn post_top_in_ops(s: &mut Scenario, text: &str) -> Event {
-    s.post_with(|at| {
-        EventBuilder::message(USER, &ops(), text)
-            .created_at(at)
-            .mention(AGENT)
-            .build()
-    })
-    .expect("post in #ops")
-}
-
-/// A direct message to the agent: its scope is the whole DM conversation, so its turn needs the
-/// conversation's receipt.
-pub fn post_dm(s: &mut Scenario, text: &str) -> Event {
-    s.post_with(|at| {
-        EventBuilder::message(USER, &direct(), text)
-            .created_at(at)
-            .mention(AGENT)
-            .build()
-    })
-    .expect("post a direct message")
+/// The owner opens a thread in `#ops` mentioning the agent.
+pub fn post_top_in_ops(w: &RelayWorld, text: &str) -> Event {
+    let event = w
+        .post_in(OPS, &w.owner, text, None, true)
+        .unwrap_or_else(|e| panic!("posting {text:?} in #ops: {e}"));
+    Event::from(&event)
 }
 
 // ----- the harness, configured through its environment ---------------------------------------
 
-/// A harness running in the background with extra environment; killed when dropped.
+/// A harness running in the background on the world's relay with extra environment; killed
+/// when dropped.
 ///
-/// `buzz_acp::testing::Running` cannot carry environment (the scenario builds the command), so
-/// this is its counterpart for these scenarios.
+/// [`RelayWorld::start_env`]'s handle can only be stopped; these scenarios also kill a harness
+/// outright and read what it logged, so this wraps the same handle with its log's path.
 #[derive(Debug)]
 pub struct Background {
-    child: Child,
+    harness: crate::Background,
     log_path: PathBuf,
 }
 
 impl Background {
     /// Asks the harness to stop (SIGTERM: it finishes its turns and waits, bounded, for its
     /// queued receipt writes) and waits for it.
-    pub fn stop(mut self) -> std::process::ExitStatus {
-        let term = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        if !term.is_ok_and(|s| s.success()) {
-            let _ = self.child.kill();
-        }
-        self.child.wait().expect("wait for buzz-acp")
+    pub fn stop(self) -> ExitStatus {
+        self.harness.stop().expect("wait for buzz-acp")
     }
 
-    /// SIGKILL: nothing of the harness's own runs any more (no flush, no cursor save).
+    /// SIGKILL: nothing of the harness's own runs any more (no flush, no shutdown).
     pub fn kill(mut self) {
-        self.child.kill().expect("kill buzz-acp");
-        self.child.wait().expect("reap buzz-acp");
+        self.harness.child.kill().expect("kill buzz-acp");
+        self.harness.child.wait().expect("reap buzz-acp");
     }
 
     /// The harness's log (its stderr).
@@ -126,33 +91,64 @@ impl Background {
     }
 }
 
-impl Drop for Background {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The harness's command line for `s` with `env` added to its environment.
-pub fn command(s: &Scenario, env: &[(&str, &str)]) -> Command {
-    let mut cmd = s.harness_command(&harness_bin(), &agent(s, &[]), &[]);
-    for (key, value) in env {
-        cmd.env(key, value);
-    }
+/// The harness's command line on the world's relay, as the agent, with `env` added to its
+/// environment.
+pub fn command(w: &RelayWorld, env: &[(&str, &str)]) -> Command {
+    let url = w.relay.ws_url();
+    let secret = w.agent.secret_key().to_secret_hex();
+    let owner = w.owner.public_key().to_hex();
+    let relay = NostrRelayArgs {
+        url: &url,
+        secret_key_hex: &secret,
+        owner_hex: &owner,
+    };
+    let mut cmd =
+        w.s.nostr_harness_command(&harness_bin(), &agent(&w.s, &[]), relay, &[]);
+    cmd.envs(env.iter().copied());
     cmd
 }
 
-/// Starts the harness in the background with `env` added to its environment.
-pub fn start_with(s: &Scenario, env: &[(&str, &str)]) -> Background {
-    let n = std::fs::read_dir(&s.root).map_or(0, |d| d.count());
-    let log_path = s.root.join(format!("harness-outage-{n}.log"));
+/// Starts the harness on the world's relay with `env` added to its environment, and returns once
+/// it is subscribed (it hears only what is posted from then on). Its log goes to
+/// `harness-outage-N.log` in the scenario's root.
+pub fn start_with(w: &RelayWorld, env: &[(&str, &str)]) -> Background {
+    static STARTS: AtomicUsize = AtomicUsize::new(0);
+    let n = STARTS.fetch_add(1, Ordering::Relaxed);
+    let log_path = w.s.root.join(format!("harness-outage-{n}.log"));
+    let agent_command = agent(&w.s, &[]);
+    let launch = Launch {
+        scenario: &w.s,
+        harness: &harness_bin(),
+        agent_command: &agent_command,
+        extra: &[],
+        env,
+        log: log_path.clone(),
+    };
+    let harness = w.start_harness(launch).unwrap_or_else(|e| panic!("{e}"));
+    Background { harness, log_path }
+}
+
+/// Runs the harness on the world's relay with `env` and waits up to [`crate::WAIT`] for it to
+/// exit: its exit status (`None` when it was still running, and then killed) and its stderr.
+pub fn run_until_exit(w: &RelayWorld, env: &[(&str, &str)]) -> (Option<ExitStatus>, String) {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    let n = RUNS.fetch_add(1, Ordering::Relaxed);
+    let log_path = w.s.root.join(format!("harness-exit-{n}.log"));
     let log = std::fs::File::create(&log_path).expect("harness log");
-    let mut cmd = command(s, env);
-    cmd.stdout(Stdio::null()).stderr(log);
-    Background {
-        child: cmd.spawn().expect("start buzz-acp"),
-        log_path,
+    let mut child = command(w, env)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start buzz-acp");
+    let exited = crate::wait_until(crate::WAIT, || child.try_wait().ok().flatten());
+    if exited.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
     }
+    (
+        exited,
+        std::fs::read_to_string(&log_path).unwrap_or_default(),
+    )
 }
 
 /// The environment that puts the receipts in the database at `url`.
@@ -169,24 +165,24 @@ pub fn store_wait_secs(secs: &str) -> (&'static str, &str) {
 
 /// The agent's answer to `event_id` (a test-agent reply, `turns=N …`, that names it), if
 /// published. Notices never count: they quote their event and answer nothing.
-pub fn answer_to(s: &Scenario, event_id: &str) -> Option<Event> {
-    s.replies()
+pub fn answer_to(w: &RelayWorld, event_id: &str) -> Option<Event> {
+    w.replies()
         .into_iter()
         .find(|r| reply_turns(r).is_some() && r.answered_ids().iter().any(|id| id == event_id))
 }
 
 /// Waits for the answer to `event`, asserting that it comes.
-pub fn wait_answer(s: &Scenario, event: &Event) -> Event {
-    let answer = wait_until_every(crate::WAIT, Duration::from_millis(20), || {
-        answer_to(s, &event.id)
+pub fn wait_answer(w: &RelayWorld, event: &Event) -> Event {
+    let answer = wait_until_every(crate::WAIT, Duration::from_millis(50), || {
+        answer_to(w, &event.id)
     });
     assert_ne!(answer, None, "no answer to {:?}", event.content);
     answer.unwrap_or_else(|| unreachable!("asserted above"))
 }
 
 /// Notices the harness posted in `root`'s thread (its events that quote a message), in order.
-pub fn notices_in_thread(s: &Scenario, root: &Event) -> Vec<Event> {
-    s.replies()
+pub fn notices_in_thread(w: &RelayWorld, root: &Event) -> Vec<Event> {
+    w.replies()
         .into_iter()
         .filter(|e| e.tag_values("q").next().is_some())
         .filter(|e| e.thread_refs().root.as_deref() == Some(root.id.as_str()))
@@ -219,38 +215,33 @@ pub fn sql(url: &str, statements: &str) {
         .unwrap_or_else(|e| panic!("{statements}: {e}"));
 }
 
-fn store_scope(s: &Scenario) -> StoreScope {
-    StoreScope {
-        relay: relay_identity(s),
-        agent_pubkey: AGENT.to_string(),
-    }
-}
-
-/// A read-write handle on the scenario's receipts in the database at `url`: another harness
-/// (or an operator's tool) sharing the store.
-pub fn pg_store(url: &str, s: &Scenario) -> PgStore {
-    PgStore::open(url, store_scope(s), KeyScheme::Scope, 1_000)
+/// A read-write handle on the harness's receipts in the database at `url` (its store scope: the
+/// relay's identity and the agent's key): another harness (or an operator's tool) sharing the
+/// store.
+pub fn pg_store(url: &str, w: &impl HarnessFiles) -> PgStore {
+    PgStore::open(url, w.store_scope(), KeyScheme::Scope, 1_000)
         .unwrap_or_else(|e| panic!("open the receipts at {url}: {e}"))
 }
 
-/// Every receipt of the scenario in the database at `url` (none before the harness created its
+/// Every receipt of the harness in the database at `url` (none before the harness created its
 /// tables). Only while the server answers: a frozen server would hold this up to its deadline.
-pub fn pg_receipts(url: &str, s: &Scenario) -> Vec<StoredReceipt> {
-    match PgStore::open_read_only(url, store_scope(s), KeyScheme::Scope) {
+pub fn pg_receipts(url: &str, w: &impl HarnessFiles) -> Vec<StoredReceipt> {
+    match PgStore::open_read_only(url, w.store_scope(), KeyScheme::Scope) {
         Ok(store) => store.receipts().expect("list receipts"),
         Err(StoreError::NotFound { .. }) => Vec::new(),
         Err(e) => panic!("open the receipts at {url}: {e}"),
     }
 }
 
-/// Every receipt of the scenario in its embedded store, read without taking the write lock.
-pub fn sqlite_receipts(s: &Scenario) -> Vec<StoredReceipt> {
-    if !store_path(s).exists() {
+/// Every receipt of the harness in its embedded store, read without taking the write lock.
+pub fn sqlite_receipts(w: &impl HarnessFiles) -> Vec<StoredReceipt> {
+    let path = store_path(w);
+    if !path.exists() {
         return Vec::new();
     }
-    SqliteStore::open_read_only(&store_path(s), store_scope(s), KeyScheme::Scope)
+    SqliteStore::open_read_only(&path, w.store_scope(), KeyScheme::Scope)
         .and_then(|store| store.receipts())
-        .unwrap_or_else(|e| panic!("read {}: {e}", store_path(s).display()))
+        .unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
 /// Stored session ids by channel. With receipts keyed by channel (without
