@@ -8,10 +8,16 @@
 //! harness has settled its turns, not after it stops (flushing its queued writes), not after a
 //! restart. A forget while the thread's turn runs lets that turn answer from its session, and
 //! the turn's settle does not bring the receipt back.
+//!
+//! Every scenario runs over the test relay (`RelayWorld`): the owner writes, the harness
+//! connects as the agent, and a restart is the harness stopped and started again. The operator's
+//! command is given the harness's store scope: the relay's identity (its websocket URL) and the
+//! agent's key.
 
 use std::process::{Command, Output};
 
 use buzz_acp::relay::Event;
+use buzz_acp_fork_tests::relay::RelayWorld;
 use buzz_acp_fork_tests::*;
 use serde_json::Value;
 
@@ -37,8 +43,9 @@ impl Store {
         }
     }
 
-    /// Runs `buzz-receipts ARGS` on the scenario's store scope (its relay and agent key).
-    fn receipts(&self, s: &Scenario, args: &[&str]) -> Output {
+    /// Runs `buzz-receipts ARGS` on the harness's store scope (the relay's identity and the
+    /// agent's key).
+    fn receipts(&self, w: &RelayWorld, args: &[&str]) -> Output {
         let mut command = Command::new(acp_test_agent::harness::bin_path("buzz-receipts"));
         for name in [
             "BUZZ_ACP_STATE_DIR",
@@ -47,20 +54,26 @@ impl Store {
         ] {
             command.env_remove(name);
         }
-        command.arg("--state-dir").arg(&s.state_dir);
+        command.arg("--state-dir").arg(&w.s.state_dir);
         if let Store::Postgres(url) = self {
             command.arg("--session-store-url").arg(url);
         }
+        let scope = w.store_scope();
         command
-            .args(["--relay", &relay_identity(s), "--agent-pubkey", AGENT])
+            .args([
+                "--relay",
+                &scope.relay,
+                "--agent-pubkey",
+                &scope.agent_pubkey,
+            ])
             .args(args)
             .output()
             .expect("run buzz-receipts")
     }
 
     /// `buzz-receipts list --json`: (scope, session id) of every receipt.
-    fn listed(&self, s: &Scenario) -> Vec<(String, String)> {
-        let out = self.receipts(s, &["list", "--json"]);
+    fn listed(&self, w: &RelayWorld) -> Vec<(String, String)> {
+        let out = self.receipts(w, &["list", "--json"]);
         assert!(
             out.status.success(),
             "buzz-receipts list: {}",
@@ -78,20 +91,20 @@ impl Store {
     }
 
     /// The session ids `buzz-receipts list` shows.
-    fn sessions(&self, s: &Scenario) -> Vec<String> {
-        self.listed(s).into_iter().map(|(_, id)| id).collect()
+    fn sessions(&self, w: &RelayWorld) -> Vec<String> {
+        self.listed(w).into_iter().map(|(_, id)| id).collect()
     }
 
     /// `buzz-receipts forget SCOPE` for the receipt that names `session` (its scope as the list
     /// shows it: the harness's key for the thread).
-    fn forget(&self, s: &Scenario, session: &str) {
-        let listed = self.listed(s);
+    fn forget(&self, w: &RelayWorld, session: &str) {
+        let listed = self.listed(w);
         let scope = listed
             .iter()
             .find(|(_, id)| id == session)
             .map(|(scope, _)| scope.clone())
             .unwrap_or_else(|| panic!("no receipt names {session}: {listed:?}"));
-        let out = self.receipts(s, &["forget", &scope]);
+        let out = self.receipts(w, &["forget", &scope]);
         let said = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
@@ -107,12 +120,12 @@ impl Store {
 
 /// The thread's first message, answered; returns the root, the answer and its session, once
 /// `buzz-receipts list` shows that session's receipt.
-fn answered_thread(s: &mut Scenario, store: &Store) -> (Event, Event, String) {
-    let root = s.post_top("remember alpha-7301").unwrap();
-    let answer = s.wait_for_reply(&root.id, WAIT).expect("the first answer");
-    let session = session_order(&wire(s))[0].clone();
+fn answered_thread(w: &RelayWorld, store: &Store) -> (Event, Event, String) {
+    let root = w.post_top("remember alpha-7301");
+    let answer = w.wait_for_reply(&root.id, WAIT).expect("the first answer");
+    let session = session_order(&wire(&w.s))[0].clone();
     wait_until(WAIT, || {
-        (store.sessions(s) == [session.as_str()]).then_some(())
+        (store.sessions(w) == [session.as_str()]).then_some(())
     })
     .expect("the receipt of the thread's session is listed");
     (root, answer, session)
@@ -129,7 +142,7 @@ fn prompts_to(frames: &[WireFrame], session: &str) -> usize {
 /// After the harness stopped: the thread's receipt names `new`, never `old`; after a restart the
 /// next message restores `new` (its second turn), and the list still never shows `old`.
 fn after_a_restart(
-    s: &mut Scenario,
+    w: &RelayWorld,
     store: &Store,
     root: &Event,
     last: &Event,
@@ -137,21 +150,23 @@ fn after_a_restart(
     new: &str,
 ) {
     assert_eq!(
-        store.sessions(s),
+        store.sessions(w),
         [new],
         "once the harness settled and flushed"
     );
-    let q = s.post_reply(root, last, "still there?").unwrap();
-    run_once_env(s, &[], &[], &store.harness_env());
-    let answer = s.reply_to(&q.id).expect("answered after the restart");
+    let running = w.start_env(&[], &[], &store.harness_env());
+    let q = w.post_reply(root, last, "still there?");
+    let answer = w.wait_for_reply(&q.id, WAIT);
+    running.stop().expect("the harness stops");
+    let answer = answer.expect("answered after the restart");
     assert_eq!(turns(&answer), 2, "the new session was restored");
-    let frames = wire(s);
+    let frames = wire(&w.s);
     assert_eq!(
         prompt_texts(&frames).last().map(|(id, _)| id.as_str()),
         Some(new)
     );
-    assert_eq!(store.sessions(s), [new], "after the restart");
-    assert!(!store.sessions(s).iter().any(|id| id == old));
+    assert_eq!(store.sessions(w), [new], "after the restart");
+    assert!(!store.sessions(w).iter().any(|id| id == old));
 }
 
 /// A thread whose session is live (resident, or held by an idle worker) is forgotten. The harness
@@ -160,14 +175,14 @@ fn after_a_restart(
 /// so the session is released after that turn and never written back, and the thread's
 /// following message is answered by a new session that asks for a fresh conversation.
 fn forget_a_live_session(store: &Store) {
-    let (_dir, mut s) = scenario();
-    let running = start_env(&s, &[], &[], &store.harness_env());
-    let (root, r1, old) = answered_thread(&mut s, store);
+    let w = RelayWorld::new();
+    let running = w.start_env(&[], &[], &store.harness_env());
+    let (root, r1, old) = answered_thread(&w, store);
 
-    store.forget(&s, &old);
-    assert!(store.sessions(&s).is_empty(), "forgotten at once");
-    let q = s.post_reply(&root, &r1, "what did I ask you?").unwrap();
-    let r2 = s
+    store.forget(&w, &old);
+    assert!(store.sessions(&w).is_empty(), "forgotten at once");
+    let q = w.post_reply(&root, &r1, "what did I ask you?");
+    let r2 = w
         .wait_for_reply(&q.id, WAIT)
         .expect("answered after the forget");
     assert_eq!(
@@ -176,21 +191,21 @@ fn forget_a_live_session(store: &Store) {
         "the turn beside the check continued the live session"
     );
     wait_until(WAIT, || {
-        (!s.observer_records("receipt_forgotten").is_empty()).then_some(())
+        (!w.s.observer_records("receipt_forgotten").is_empty()).then_some(())
     })
     .expect("the check beside the turn saw the forget");
-    let q2 = s.post_reply(&root, &r2, "and now?").unwrap();
-    let r3 = s
+    let q2 = w.post_reply(&root, &r2, "and now?");
+    let r3 = w
         .wait_for_reply(&q2.id, WAIT)
         .expect("answered after the check");
     assert_eq!(turns(&r3), 1, "a new session answered");
     assert!(
-        !store.sessions(&s).contains(&old),
+        !store.sessions(&w).contains(&old),
         "the turn beside the check did not bring the receipt back"
     );
-    running.stop().unwrap();
+    running.stop().expect("the harness stops");
 
-    let frames = wire(&s);
+    let frames = wire(&w.s);
     assert_eq!(served_as(&frames, &root.id), ["new", "continued", "new"]);
     let news = requests_of(&frames, "session/new");
     assert_eq!(news.len(), 2);
@@ -205,23 +220,21 @@ fn forget_a_live_session(store: &Store) {
     );
     let new = prompt_texts(&frames).last().expect("prompts").0.clone();
     assert_ne!(new, old);
-    after_a_restart(&mut s, store, &root, &r3, &old, &new);
+    after_a_restart(&w, store, &root, &r3, &old, &new);
 }
 
 /// The thread is forgotten while its turn runs: the turn answers from its session, its settle
 /// does not bring the receipt back, and the next message is answered by a new session.
 fn forget_during_a_turn(store: &Store) {
-    let (_dir, mut s) = scenario();
-    let running = start_env(&s, &[], &[], &store.harness_env());
-    let (root, r1, old) = answered_thread(&mut s, store);
+    let w = RelayWorld::new();
+    let running = w.start_env(&[], &[], &store.harness_env());
+    let (root, r1, old) = answered_thread(&w, store);
 
-    let q = s
-        .post_reply(&root, &r1, "think about it !gate:held")
-        .unwrap();
-    wait_until(WAIT, || (prompts(&wire(&s)).len() == 2).then_some(())).expect("the turn runs");
-    store.forget(&s, &old);
-    s.open_gate("held").unwrap();
-    let r2 = s
+    let q = w.post_reply(&root, &r1, "think about it !gate:held");
+    wait_until(WAIT, || (prompts(&wire(&w.s)).len() == 2).then_some(())).expect("the turn runs");
+    store.forget(&w, &old);
+    w.s.open_gate("held").expect("open the gate");
+    let r2 = w
         .wait_for_reply(&q.id, WAIT)
         .expect("the running turn answers");
     assert_eq!(turns(&r2), 2, "from the session it ran on");
@@ -230,8 +243,8 @@ fn forget_during_a_turn(store: &Store) {
     // delta-context-delivery or continuity-handoff), or the receipt check beside the next hot
     // turn (session-store-resume alone commits nothing). The old session answers at most that
     // one turn more, and none after the harness knew.
-    let q3 = s.post_reply(&root, &r2, "and now?").unwrap();
-    let r3 = s
+    let q3 = w.post_reply(&root, &r2, "and now?");
+    let r3 = w
         .wait_for_reply(&q3.id, WAIT)
         .expect("answered after the forget");
     let (last, continued_beside_the_check) = if turns(&r3) == 1 {
@@ -239,23 +252,23 @@ fn forget_during_a_turn(store: &Store) {
     } else {
         assert_eq!(turns(&r3), 3, "the old session continued beside the check");
         wait_until(WAIT, || {
-            (!s.observer_records("receipt_forgotten").is_empty()).then_some(())
+            (!w.s.observer_records("receipt_forgotten").is_empty()).then_some(())
         })
         .expect("the check told the harness of the forget");
-        let q4 = s.post_reply(&root, &r3, "and after the check?").unwrap();
-        let r4 = s
+        let q4 = w.post_reply(&root, &r3, "and after the check?");
+        let r4 = w
             .wait_for_reply(&q4.id, WAIT)
             .expect("answered after the check");
         (r4, true)
     };
     assert_eq!(turns(&last), 1, "a new session answered");
     assert!(
-        !store.sessions(&s).contains(&old),
+        !store.sessions(&w).contains(&old),
         "the settle did not bring the receipt back"
     );
-    running.stop().unwrap();
+    running.stop().expect("the harness stops");
 
-    let frames = wire(&s);
+    let frames = wire(&w.s);
     let (served, old_prompts) = if continued_beside_the_check {
         (vec!["new", "continued", "continued", "new"], 3)
     } else {
@@ -269,7 +282,7 @@ fn forget_during_a_turn(store: &Store) {
     );
     let new = prompt_texts(&frames).last().expect("prompts").0.clone();
     assert_ne!(new, old);
-    after_a_restart(&mut s, store, &root, &last, &old, &new);
+    after_a_restart(&w, store, &root, &last, &old, &new);
 }
 
 #[test]
@@ -303,24 +316,24 @@ fn a_forget_during_a_turn_is_not_undone_by_its_settle_on_postgres() {
 #[test]
 fn a_forgotten_resident_is_closed_once_before_the_new_session() {
     let store = Store::Sqlite;
-    let (_dir, mut s) = scenario();
-    let running = start_env(&s, &["--session-close"], &[], &[]);
-    let (root, r1, old) = answered_thread(&mut s, &store);
-    store.forget(&s, &old);
-    let q = s.post_reply(&root, &r1, "again").unwrap();
-    let r2 = s
+    let w = RelayWorld::new();
+    let running = w.start_env(&["--session-close"], &[], &[]);
+    let (root, r1, old) = answered_thread(&w, &store);
+    store.forget(&w, &old);
+    let q = w.post_reply(&root, &r1, "again");
+    let r2 = w
         .wait_for_reply(&q.id, WAIT)
         .expect("answered after the forget");
     wait_until(WAIT, || {
-        (!s.observer_records("receipt_forgotten").is_empty()).then_some(())
+        (!w.s.observer_records("receipt_forgotten").is_empty()).then_some(())
     })
     .expect("the check beside the turn saw the forget");
-    let q2 = s.post_reply(&root, &r2, "and now?").unwrap();
-    s.wait_for_reply(&q2.id, WAIT)
+    let q2 = w.post_reply(&root, &r2, "and now?");
+    w.wait_for_reply(&q2.id, WAIT)
         .expect("answered by the new session");
-    running.stop().unwrap();
+    running.stop().expect("the harness stops");
 
-    let frames = wire(&s);
+    let frames = wire(&w.s);
     let closed: Vec<String> = closes(&frames).into_iter().map(|(_, id)| id).collect();
     assert_eq!(
         closed.iter().filter(|id| **id == old).count(),
