@@ -1,21 +1,22 @@
 //! Guard of patch `operator-metrics`: the patched harness serves Prometheus metrics on the
 //! operator's address, and what it counts is what the scenario did on the wire.
 //!
-//! The scenario runs two harness processes on one store, each with `BUZZ_ACP_METRICS_LISTEN` on
-//! a free loopback port (the variable, not the flag: a harness without the patch ignores it and
-//! serves nothing, so the guard fails by its assertion on the scrape, not by a rejected command
-//! line). The first answers thread A cold (its first turn), A's follow-up hot, and thread B cold;
-//! the agent then loses B's stored session; the second process answers A's next message warm
-//! (`session/load`) and B's cold after the agent says the session is gone (a notice in B). Each
-//! process is scraped over HTTP while it runs, the exposition is read with a Prometheus text
-//! parser, and the counts are compared with that process's part of the agent's wire log
-//! (`served_as`), the relay's notices, and what the store did.
+//! The scenario runs over the test relay (`RelayWorld`: the owner posts signed events, each
+//! harness connects as the agent and reads the threads' history from the relay when it starts).
+//! It runs two harness processes on one store, one after the other, each with
+//! `BUZZ_ACP_METRICS_LISTEN` on a free loopback port (the variable, not the flag: a harness
+//! without the patch ignores it and serves nothing, so the guard fails by its assertion on the
+//! scrape, not by a rejected command line). The first answers thread A cold (its first turn), A's
+//! follow-up hot, and thread B cold; the agent then loses B's stored session; the second process
+//! answers A's next message warm (`session/load`) and B's cold after the agent says the session
+//! is gone (a notice in B). Each process is scraped over HTTP while it runs, the exposition is
+//! read with a Prometheus text parser, and the counts are compared with that process's part of
+//! the agent's wire log (`served_as`), the relay's notices, and what the store did.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 
+use buzz_acp_fork_tests::relay::RelayWorld;
 use buzz_acp_fork_tests::*;
 use prometheus_parse::{Scrape, Value};
 use serde_json::json;
@@ -26,53 +27,26 @@ fn free_addr() -> SocketAddr {
     probe.local_addr().expect("probe address")
 }
 
-/// A harness started in the background with its metrics variable; stopped with SIGTERM (killed
-/// when dropped).
-struct Background {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Background {
-    fn start(s: &Scenario, metrics: SocketAddr, name: &str) -> Background {
-        let log = s.root.join(format!("harness-{name}.log"));
-        let stderr = std::fs::File::create(&log).expect("harness log");
-        let mut cmd = s.harness_command(&harness_bin(), &agent(s, &[]), &["--agents", "2"]);
-        cmd.env("BUZZ_ACP_METRICS_LISTEN", metrics.to_string())
-            .stdout(Stdio::null())
-            .stderr(stderr);
-        let child = cmd.spawn().expect("start buzz-acp");
-        Background { child, log }
-    }
-
-    fn stop(mut self) {
-        let term = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        if !term.is_ok_and(|s| s.success()) {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts the patched harness on the relay with two agents and its metrics variable set to
+/// `metrics`, and waits until it is subscribed.
+fn start_serving_metrics(w: &RelayWorld, metrics: SocketAddr) -> Background {
+    let listen = metrics.to_string();
+    w.start_env(
+        &[],
+        &["--agents", "2"],
+        &[("BUZZ_ACP_METRICS_LISTEN", listen.as_str())],
+    )
 }
 
 /// GETs the metrics endpoint and parses the exposition.
-fn scrape(addr: SocketAddr, harness: &Background) -> Scrape {
+fn scrape(addr: SocketAddr, w: &RelayWorld) -> Scrape {
     let url = format!("http://{addr}/metrics");
     let response = ureq::get(&url).call().map_err(|e| e.to_string());
     assert_eq!(
         response.as_ref().err(),
         None,
-        "GET {url}: the harness serves no metrics on BUZZ_ACP_METRICS_LISTEN (log: {})",
-        harness.log.display()
+        "GET {url}: the harness serves no metrics on BUZZ_ACP_METRICS_LISTEN (its logs are in {})",
+        w.s.root.display()
     );
     let text = response
         .expect("checked above")
@@ -171,17 +145,17 @@ fn store_ok(scrape: &Scrape, op: &str) -> f64 {
 /// Scrapes until the store worker has caught up with what the scenario needs of it (`ready`):
 /// receipt writes run beside the event loop, so a write may still be in flight when a reply is
 /// out. Returns the last scrape either way; the assertions then say what is missing.
-fn scrape_when(addr: SocketAddr, harness: &Background, ready: impl Fn(&Scrape) -> bool) -> Scrape {
-    let mut last = scrape(addr, harness);
+fn scrape_when(addr: SocketAddr, w: &RelayWorld, ready: impl Fn(&Scrape) -> bool) -> Scrape {
+    let mut last = scrape(addr, w);
     if ready(&last) {
         return last;
     }
     let settled = wait_until(WAIT, || {
-        last = scrape(addr, harness);
+        last = scrape(addr, w);
         ready(&last).then_some(())
     });
     if settled.is_none() {
-        last = scrape(addr, harness);
+        last = scrape(addr, w);
     }
     last
 }
@@ -229,24 +203,24 @@ fn store_settled(scrape: &Scrape, needed: &[(&str, f64)]) -> bool {
 
 #[test]
 fn the_scraped_counts_match_what_the_scenario_did_on_the_wire() {
-    let (_dir, mut s) = scenario();
+    let w = RelayWorld::new();
 
     // First process: A cold, A hot, B cold.
     let addr = free_addr();
-    let first = Background::start(&s, addr, "first");
-    let a = s.post_top("thread A: remember alpha-7301").unwrap();
-    let ra = s.wait_for_reply(&a.id, WAIT).expect("A answered");
-    let qa = s.post_reply(&a, &ra, "A again").unwrap();
-    let ra2 = s
+    let first = start_serving_metrics(&w, addr);
+    let a = w.post_top("thread A: remember alpha-7301");
+    let ra = w.wait_for_reply(&a.id, WAIT).expect("A answered");
+    let qa = w.post_reply(&a, &ra, "A again");
+    let ra2 = w
         .wait_for_reply(&qa.id, WAIT)
         .expect("A's follow-up answered");
-    let b = s.post_top("thread B: remember beta-1187").unwrap();
-    let rb = s.wait_for_reply(&b.id, WAIT).expect("B answered");
+    let b = w.post_top("thread B: remember beta-1187");
+    let rb = w.wait_for_reply(&b.id, WAIT).expect("B answered");
     // Process one opened its store and wrote A's and B's receipts.
     let first_needs = [("open", 1.0), ("put", 1.0)];
-    let scraped_first = scrape_when(addr, &first, |s| store_settled(s, &first_needs));
-    first.stop();
-    let frames = wire(&s);
+    let scraped_first = scrape_when(addr, &w, |s| store_settled(s, &first_needs));
+    first.stop().expect("the first harness stops");
+    let frames = wire(&w.s);
     let first_frames = frames.len();
     let threads = [a.id.as_str(), b.id.as_str()];
     assert_eq!(
@@ -261,26 +235,26 @@ fn the_scraped_counts_match_what_the_scenario_did_on_the_wire() {
         .into_iter()
         .find(|(_, text)| text.contains(&b_prompt))
         .expect("B's prompt");
-    let transcript = s
-        .agent_state_dir
-        .join("sessions")
-        .join(format!("{b_session}.json"));
+    let transcript =
+        w.s.agent_state_dir
+            .join("sessions")
+            .join(format!("{b_session}.json"));
     std::fs::remove_file(&transcript).expect("B's transcript");
 
     // Second process: A warm, B cold after its session was lost.
     let addr = free_addr();
-    let second = Background::start(&s, addr, "second");
-    let qa2 = s.post_reply(&a, &ra2, "A after the restart").unwrap();
-    s.wait_for_reply(&qa2.id, WAIT)
+    let second = start_serving_metrics(&w, addr);
+    let qa2 = w.post_reply(&a, &ra2, "A after the restart");
+    w.wait_for_reply(&qa2.id, WAIT)
         .expect("A answered after the restart");
-    let qb = s.post_reply(&b, &rb, "B after the restart").unwrap();
-    s.wait_for_reply(&qb.id, WAIT)
+    let qb = w.post_reply(&b, &rb, "B after the restart");
+    w.wait_for_reply(&qb.id, WAIT)
         .expect("B answered after the restart");
     // Process two read A's and B's receipts and wrote B's new one.
     let second_needs = [("open", 1.0), ("read", 2.0), ("put", 1.0)];
-    let scraped_second = scrape_when(addr, &second, |s| store_settled(s, &second_needs));
-    second.stop();
-    let frames = wire(&s);
+    let scraped_second = scrape_when(addr, &w, |s| store_settled(s, &second_needs));
+    second.stop().expect("the second harness stops");
+    let frames = wire(&w.s);
     let second_frames = &frames[first_frames..];
 
     // Each process counted what its part of the wire shows.
@@ -352,7 +326,7 @@ fn the_scraped_counts_match_what_the_scenario_did_on_the_wire() {
         )
     };
     assert_eq!((restores("restored"), restores("lost")), (1.0, 1.0));
-    let notices = notices_about(&s, &qb.id).len();
+    let notices = w.notices_about(&qb.id).len();
     assert_eq!(notices, 1, "B was told its session was gone");
     assert_eq!(
         value(
