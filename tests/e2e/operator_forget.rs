@@ -124,10 +124,14 @@ fn answered_thread(w: &RelayWorld, store: &Store) -> (Event, Event, String) {
     let root = w.post_top("remember alpha-7301");
     let answer = w.wait_for_reply(&root.id, WAIT).expect("the first answer");
     let session = session_order(&wire(&w.s))[0].clone();
-    wait_until(WAIT, || {
+    let listed = wait_until(WAIT, || {
         (store.sessions(w) == [session.as_str()]).then_some(())
-    })
-    .expect("the receipt of the thread's session is listed");
+    });
+    assert!(
+        listed.is_some(),
+        "the receipt of the thread's session is listed: {:?}",
+        store.sessions(w)
+    );
     (root, answer, session)
 }
 
