@@ -33,6 +33,13 @@ use crate::rest::{self, Post, Reply, Route};
 use crate::state::Shared;
 use crate::ws;
 
+/// Kind of the NIP-29 group metadata (`d` = the channel, `name`, `t` = its type).
+const KIND_GROUP_METADATA: u16 = 39000;
+/// Kind of the NIP-29 group members list (`d` = the channel, one `p` per member).
+const KIND_GROUP_MEMBERS: u16 = 39002;
+/// Kind of a NIP-29 member removal (`h` = the channel, `p` = the member removed).
+const KIND_REMOVE_MEMBER: u16 = 9001;
+
 /// The largest request body served (the Buzz relay's events are far smaller).
 const MAX_BODY_BYTES: usize = 1 << 20;
 
@@ -56,6 +63,14 @@ pub enum RelayError {
     /// A channel's group events could not be stored.
     #[error("seeding channel {channel}: {reason}")]
     Seed {
+        /// The channel.
+        channel: String,
+        /// Why.
+        reason: String,
+    },
+    /// A member could not be removed from a channel.
+    #[error("removing a member from channel {channel}: {reason}")]
+    Removal {
         /// The channel.
         channel: String,
         /// Why.
@@ -228,25 +243,101 @@ impl TestRelay {
             nostr::Tag::parse(["name", name]).map_err(|e| seed(e.to_string()))?,
             nostr::Tag::parse(["t", channel_type]).map_err(|e| seed(e.to_string()))?,
         ];
-        for (kind, tags) in [(39002, member_tags), (39000, metadata_tags)] {
-            let event = nostr::EventBuilder::new(nostr::Kind::Custom(kind), "")
-                .tags(tags)
-                .sign_with_keys(&self.shared.keys)
-                .map_err(|e| seed(e.to_string()))?;
-            let verdict = crate::ingest::publish(
-                &self.shared.relay,
-                &self.shared.keys,
-                &self.shared.relay_url,
-                self.addr,
-                event,
-            )
-            .await
-            .map_err(|e| seed(e.to_string()))?;
-            if !verdict.accepted {
-                return Err(seed(verdict.message));
-            }
+        for (kind, tags) in [
+            (KIND_GROUP_MEMBERS, member_tags),
+            (KIND_GROUP_METADATA, metadata_tags),
+        ] {
+            self.publish_own(kind, tags, nostr::Timestamp::now())
+                .await
+                .map_err(seed)?;
         }
         Ok(())
+    }
+
+    /// Removes `member` from channel `channel`, as a Buzz relay does when a member is removed:
+    /// it replaces the channel's members list (kind 39002) with one that no longer names the
+    /// member, then publishes the removal itself (kind 9001, NIP-29's remove-user: `h` = the
+    /// channel, `p` = the member), both signed with this relay's own key. A client subscribed
+    /// to its own `#p` or to the channel's `#h` gets the removal live; one that looks for its
+    /// channels afterwards no longer finds this one. Open subscriptions stay open (see
+    /// [`TestRelay::close_subscriptions`] for a relay that also ends them).
+    ///
+    /// # Errors
+    ///
+    /// [`RelayError::Removal`] when the channel has no members list (it was never added), or an
+    /// event cannot be signed or is not stored.
+    pub async fn remove_member(&self, channel: &str, member: PublicKey) -> Result<(), RelayError> {
+        let removal = |reason: String| RelayError::Removal {
+            channel: channel.to_owned(),
+            reason,
+        };
+        let current = self
+            .shared
+            .database
+            .query(
+                nostr::Filter::new()
+                    .kind(nostr::Kind::Custom(KIND_GROUP_MEMBERS))
+                    .author(self.public_key())
+                    .identifier(channel),
+            )
+            .await
+            .map_err(|e| removal(e.to_string()))?
+            .first_owned()
+            .ok_or_else(|| removal("the channel has no members list".into()))?;
+        // The list keeps its `d` tag and every member but the removed one.
+        let tags: Vec<nostr::Tag> = current
+            .tags
+            .iter()
+            .filter(|tag| {
+                let parts = tag.as_slice();
+                !(parts.first().map(String::as_str) == Some("p")
+                    && parts.get(1) == Some(&member.to_hex()))
+            })
+            .cloned()
+            .collect();
+        // An addressable event replaces the stored one only when it is not older, and of two
+        // lists dated the same second a relay may keep either: the new list is dated after the
+        // old one.
+        let after = nostr::Timestamp::from(current.created_at.as_secs() + 1);
+        self.publish_own(KIND_GROUP_MEMBERS, tags, nostr::Timestamp::now().max(after))
+            .await
+            .map_err(removal)?;
+        let tags = vec![
+            nostr::Tag::parse(["h", channel]).map_err(|e| removal(e.to_string()))?,
+            nostr::Tag::public_key(member),
+        ];
+        self.publish_own(KIND_REMOVE_MEMBER, tags, nostr::Timestamp::now())
+            .await
+            .map_err(removal)
+    }
+
+    /// Signs an event of `kind` with `tags` and no content with the relay's own key and stores
+    /// it through the one ingest path (so live subscriptions get it); why not, as text.
+    async fn publish_own(
+        &self,
+        kind: u16,
+        tags: Vec<nostr::Tag>,
+        created_at: nostr::Timestamp,
+    ) -> Result<(), String> {
+        let event = nostr::EventBuilder::new(nostr::Kind::Custom(kind), "")
+            .tags(tags)
+            .custom_created_at(created_at)
+            .sign_with_keys(&self.shared.keys)
+            .map_err(|e| e.to_string())?;
+        let verdict = crate::ingest::publish(
+            &self.shared.relay,
+            &self.shared.keys,
+            &self.shared.relay_url,
+            self.addr,
+            event,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        if verdict.accepted {
+            Ok(())
+        } else {
+            Err(verdict.message)
+        }
     }
 
     /// Closes every live subscription of every open connection now: each client gets `CLOSED`

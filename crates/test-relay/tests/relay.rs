@@ -627,3 +627,86 @@ async fn a_seeded_channel_is_found_by_its_members_and_signed_by_the_relay() {
         "{tags:?}"
     );
 }
+
+#[tokio::test]
+async fn a_removed_member_is_told_live_and_leaves_the_members_list() {
+    let relay = start().await;
+    let (removed, staying) = (Keys::generate(), Keys::generate());
+    relay
+        .add_channel(
+            CHANNEL,
+            "general",
+            "stream",
+            &[removed.public_key(), staying.public_key()],
+        )
+        .await
+        .expect("seeded");
+    // The member listens for membership changes naming it, as a client does.
+    let mut client = WsClient::connect(&relay.ws_url()).await;
+    client.authenticate(&removed).await;
+    client
+        .subscribe(
+            "members",
+            vec![
+                Filter::new()
+                    .kind(Kind::Custom(9001))
+                    .pubkey(removed.public_key()),
+            ],
+        )
+        .await;
+    match client.next().await {
+        RelayMessage::EndOfStoredEvents(id) => assert_eq!(id.as_str(), "members"),
+        other => panic!("unexpected {}", other.as_json()),
+    }
+
+    relay
+        .remove_member(CHANNEL, removed.public_key())
+        .await
+        .expect("removed");
+
+    let removal = match client.next().await {
+        RelayMessage::Event { event, .. } => event.into_owned(),
+        other => panic!("expected the removal, got {}", other.as_json()),
+    };
+    assert_eq!(removal.kind, Kind::Custom(9001));
+    assert_eq!(removal.pubkey, relay.public_key(), "signed by the relay");
+    removal.verify().expect("a valid signature");
+    let tags: Vec<Vec<String>> = removal.tags.iter().map(|t| t.as_slice().to_vec()).collect();
+    assert_eq!(
+        tags,
+        [
+            vec!["h".to_owned(), CHANNEL.to_owned()],
+            vec!["p".to_owned(), removed.public_key().to_hex()],
+        ]
+    );
+
+    // The members list no longer names the removed member; the other one is still in it.
+    let members_of =
+        |keys: &Keys| json!([{"kinds": [39002], "#p": [keys.public_key().to_hex()]}]).to_string();
+    let answer = post(&relay, &removed, "/query", members_of(&removed).as_bytes()).await;
+    assert_eq!(answer.body, json!([]), "the channel is not found any more");
+    let filters = json!([{"kinds": [39002], "#d": [CHANNEL]}]).to_string();
+    let answer = post(&relay, &staying, "/query", filters.as_bytes()).await;
+    let lists: Vec<nostr::Event> = serde_json::from_value(answer.body).expect("events");
+    assert_eq!(lists.len(), 1, "the new list replaced the old one");
+    assert_eq!(lists[0].pubkey, relay.public_key());
+    let members: Vec<String> = lists[0]
+        .tags
+        .iter()
+        .filter(|t| t.as_slice()[0] == "p")
+        .map(|t| t.as_slice()[1].clone())
+        .collect();
+    assert_eq!(members, [staying.public_key().to_hex()]);
+    let answer = post(&relay, &staying, "/query", members_of(&staying).as_bytes()).await;
+    let found: Vec<nostr::Event> = serde_json::from_value(answer.body).expect("events");
+    assert_eq!(found.len(), 1, "the other member still finds the channel");
+
+    // A channel that was never added has no members list to change.
+    let unknown = relay
+        .remove_member(OTHER_CHANNEL, staying.public_key())
+        .await;
+    assert!(
+        matches!(unknown, Err(buzz_test_relay::RelayError::Removal { .. })),
+        "{unknown:?}"
+    );
+}
