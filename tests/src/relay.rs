@@ -567,3 +567,19 @@ impl Default for RelayWorld {
         Self::new()
     }
 }
+
+/// Reading the whole of a channel back (the `session_store_resume` guards: what reached the
+/// relay).
+impl RelayWorld {
+    /// Every event the relay holds in `channel` (its `h` tag), of any kind, read as the owner
+    /// through the REST side.
+    pub fn events_in(&self, channel: &str) -> Vec<nostr::Event> {
+        let filter = nostr::Filter::new().custom_tag(
+            nostr::SingleLetterTag::lowercase(nostr::Alphabet::H),
+            channel,
+        );
+        let reader = buzz_acp::rest::RestClient::new(&self.relay.ws_url(), self.owner.clone());
+        self.block_on(reader.query(&[filter]))
+            .unwrap_or_else(|e| panic!("reading channel {channel}: {e}"))
+    }
+}
