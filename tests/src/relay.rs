@@ -583,3 +583,56 @@ impl RelayWorld {
             .unwrap_or_else(|e| panic!("reading channel {channel}: {e}"))
     }
 }
+
+/// What a running harness has read from its subscription (known without reading its log), and a
+/// wire view whose prompts quote the test agent's earlier replies.
+impl RelayWorld {
+    /// Waits up to [`WAIT`] until the running harness has read `event` (a message it admits for a
+    /// turn, or any other) from the relay, shown by what it does with a probe posted after it:
+    /// the owner's `!cancel` as a new thread in `event`'s channel. The harness handles an owner's
+    /// command as soon as it reads it, whatever its workers are doing: it records a
+    /// `control_result` naming the command in the observer log (and answers "Nothing is running
+    /// here.", touching no session). The relay sends a channel's events in the order it stored
+    /// them and the harness handles them in that order, so once the probe is handled, `event`
+    /// was handled before it. `event` must be in a stream: in a DM every message belongs to the
+    /// one conversation, and the probe would cancel its turn.
+    pub fn wait_read_by_harness(&self, event: &Event) -> Option<()> {
+        let channel = event.channel_id().map(|c| c.to_string());
+        let channel = channel.as_deref().unwrap_or(RELAY_CHANNEL);
+        assert_ne!(channel, DM_CHANNEL, "the probe would cancel the DM's turn");
+        let probe = self.posted(channel, &self.chat.owner, "!cancel", None, true);
+        crate::wait_until(WAIT, || {
+            self.s
+                .observer_records("control_result")
+                .iter()
+                .any(|r| r["eventId"] == probe.id.as_str())
+                .then_some(())
+        })
+    }
+
+    /// [`RelayWorld::wire_view`] with each of the test agent's digests (`digest=1a2b3c4d` in its
+    /// replies, which the harness quotes back in later prompts' thread context) shown as
+    /// `digest=<digest>`: a digest hashes what the session saw, the relay's ids and times
+    /// included, so it differs between runs. What the session saw is in the view itself.
+    pub fn wire_view_without_digests(&self) -> Value {
+        let text = self.wire_view().to_string();
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("digest=") {
+            let (before, from) = rest.split_at(at + "digest=".len());
+            out.push_str(before);
+            let hex = from
+                .char_indices()
+                .take_while(|(_, c)| c.is_ascii_hexdigit())
+                .count();
+            if hex == 8 {
+                out.push_str("<digest>");
+                rest = &from[hex..];
+            } else {
+                rest = from;
+            }
+        }
+        out.push_str(rest);
+        serde_json::from_str(&out).expect("the wire view is JSON")
+    }
+}
