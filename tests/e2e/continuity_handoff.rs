@@ -6,7 +6,13 @@
 //! context window (the root and the last 12 replies) and only the agent's session can still know
 //! it. Then something replaces or threatens the session, and the question comes. The test agent's
 //! reply lists every nonce its session has seen (`nonces=…`): the code word must be among them.
+//!
+//! Every scenario runs over the test relay (`RelayWorld`): the owner writes, a colleague writes
+//! the fillers without mentioning the agent, and a restart is the harness stopped and started
+//! again (it hears only what is posted while it runs, and reads the thread's history from the
+//! relay when it starts).
 
+use buzz_acp::relay::Event;
 use buzz_acp_fork_tests::relay::RelayWorld;
 use buzz_acp_fork_tests::*;
 
@@ -15,30 +21,50 @@ const CODE: &str = "zulu-4242";
 
 /// A thread whose code word has left upstream's context window.
 struct CodeWordThread {
-    root: buzz_acp::relay::Event,
-    last: buzz_acp::relay::Event,
+    root: Event,
+    /// The last filler, which the question replies to.
+    last: Event,
 }
 
-/// Posts the thread; `answer` lets the harness answer what is pending (e.g. one `--once` run).
-fn code_word_thread(s: &mut Scenario, answer: impl Fn(&Scenario)) -> CodeWordThread {
-    let root = s.post_top("a long thread starts here").unwrap();
-    answer(s);
-    let r1 = s.reply_to(&root.id).expect("the root is answered");
-    let code = s
-        .post_reply(&root, &r1, &format!("remember the code word {CODE}"))
-        .unwrap();
-    answer(s);
-    let mut last = s.reply_to(&code.id).expect("the code word is answered");
+/// Who answers the thread's two mentions (the root and the code word).
+#[derive(Clone, Copy)]
+enum Answering<'a> {
+    /// The harness the test started and keeps running.
+    Running,
+    /// A harness started for each mention with these flags, and stopped once it answered: a
+    /// restart before every message.
+    RestartEach(&'a [&'a str]),
+}
+
+/// Posts the thread. The fillers come last; with [`Answering::RestartEach`] no harness runs
+/// then, and the next one reads them from the relay's history.
+fn code_word_thread(w: &RelayWorld, answering: Answering<'_>) -> CodeWordThread {
+    // Posts a mention with `post` and waits for its answer: (the mention, the answer).
+    let answered = |post: &dyn Fn() -> Event| -> (Event, Event) {
+        let harness = match answering {
+            Answering::Running => None,
+            Answering::RestartEach(extra) => Some(w.start(&[], extra)),
+        };
+        let mention = post();
+        let answer = w.wait_for_reply(&mention.id, WAIT);
+        if let Some(harness) = harness {
+            harness.stop().expect("the harness stops");
+        }
+        let answer = answer.unwrap_or_else(|| panic!("no answer to {:?}", mention.content));
+        (mention, answer)
+    };
+    let (root, r1) = answered(&|| w.post_top("a long thread starts here"));
+    let (_, mut last) =
+        answered(&|| w.post_reply(&root, &r1, &format!("remember the code word {CODE}")));
     for i in 1..=14 {
-        last = s
-            .post_chatter(&root, &last, &format!("filler message number {i}"))
-            .unwrap();
+        last = w.post_chatter(&root, &last, &format!("filler message number {i}"));
     }
     CodeWordThread { root, last }
 }
 
-fn knows_code(reply: &buzz_acp::relay::Event) -> bool {
-    reply_nonces(reply).iter().any(|n| n == CODE)
+/// The code word, if the session that wrote `reply` had seen it.
+fn code_seen(reply: &Event) -> Option<String> {
+    reply_nonces(reply).into_iter().find(|n| n == CODE)
 }
 
 /// The turn limit holds across restarts, and the rotation hands the code word on: with
@@ -47,28 +73,28 @@ fn knows_code(reply: &buzz_acp::relay::Event) -> bool {
 /// first prompt carries the old session's handoff — and that handoff was never published.
 #[test]
 fn the_turn_limit_holds_across_restarts_and_the_rotation_hands_off() {
-    let (_dir, mut s) = scenario();
+    let w = RelayWorld::new();
     let limit = ["--max-turns-per-session", "2"];
-    let once = |s: &Scenario| run_once(s, &[], &limit);
-    let t = code_word_thread(&mut s, once);
-    let question = s
-        .post_reply(&t.root, &t.last, "what was the code word?")
-        .unwrap();
-    run_once(&s, &[], &limit);
+    let t = code_word_thread(&w, Answering::RestartEach(&limit));
+    let harness = w.start(&[], &limit);
+    let question = w.post_reply(&t.root, &t.last, "what was the code word?");
+    let answer = w.wait_for_reply(&question.id, WAIT);
+    harness.stop().expect("the harness stops");
 
-    let answer = s.reply_to(&question.id).expect("the question is answered");
+    let answer = answer.expect("the question is answered");
     assert_eq!(
         turns(&answer),
         1,
         "a new session answered: {}",
         answer.content
     );
-    assert!(
-        knows_code(&answer),
+    assert_eq!(
+        code_seen(&answer).as_deref(),
+        Some(CODE),
         "the handoff carried the code word: {}",
         answer.content
     );
-    let frames = wire(&s);
+    let frames = wire(&w.s);
     let order = session_order(&frames);
     assert_eq!(order.len(), 2, "one rotation: {order:?}");
     let texts = prompts(&frames);
@@ -83,20 +109,25 @@ fn the_turn_limit_holds_across_restarts_and_the_rotation_hands_off() {
         "{first_of_new}"
     );
     // Only the three answers and one notice were published: never the handoff itself.
-    let published: Vec<String> = s.replies().iter().map(|r| r.content.clone()).collect();
+    let published: Vec<String> = w.replies().iter().map(|r| r.content.clone()).collect();
     assert!(
         published.iter().all(|p| !p.contains("Write a handoff")),
         "{published:?}"
     );
-    let notices = notices_about(&s, &question.id);
+    assert_eq!(
+        published.len(),
+        4,
+        "three answers and a notice: {published:?}"
+    );
+    let notices = w.notices_about(&question.id);
     assert_eq!(notices.len(), 1, "the thread is told once");
     assert!(
         notices[0].content.contains("limit of 2 turns"),
         "{}",
         notices[0].content
     );
-    insta::assert_json_snapshot!("turn_limit_rotation_wire", wire_shape(&s));
-    let receipt = receipts(&s).into_iter().next().expect("a receipt");
+    insta::assert_json_snapshot!("turn_limit_rotation_wire", w.redacted(wire_shape(&w.s)));
+    let receipt = receipts(&w).into_iter().next().expect("a receipt");
     assert_eq!(receipt.record.session_id, order[1]);
     assert_eq!(
         receipt.record.turns,
@@ -106,97 +137,59 @@ fn the_turn_limit_holds_across_restarts_and_the_rotation_hands_off() {
     assert!(receipt.record.handoff.is_none(), "delivered, so forgotten");
 }
 
-/// The same over a real Nostr relay, with a restart between the code word and the question:
-/// the session that answered two turns is retired, and the question is answered by a new
-/// session that knows the code word from the old one's handoff. The thread is told once; the
-/// handoff itself is never published.
-#[test]
-fn over_a_relay_the_turn_limit_rotation_hands_the_code_word_on() {
-    let w = RelayWorld::new();
-    let limit = ["--max-turns-per-session", "2"];
-    let harness = w.start(&[], &limit);
-    let root = w.say(&w.owner, "a long thread starts here", None);
-    let r1 = w.answer_to(&root);
-    let root_id = root.id.to_hex();
-    let code = w.say(&w.owner, &format!("remember the code word {CODE}"), Some((&root_id, &r1.id)));
-    let mut last = w.answer_to(&code).id;
-    harness.stop().expect("the harness stops");
-    let someone = nostr::Keys::generate();
-    for i in 1..=14 {
-        last = w
-            .say(&someone, &format!("filler message number {i}"), Some((&root_id, &last)))
-            .id
-            .to_hex();
-    }
-
-    let harness = w.start(&[], &limit);
-    let question = w.say(&w.owner, "what was the code word?", Some((&root_id, &last)));
-    let answer = w.answer_to(&question);
-    harness.stop().expect("the harness stops");
-
-    assert_eq!(turns(&answer), 1, "a new session answered: {}", answer.content);
-    assert!(knows_code(&answer), "the handoff carried the code word: {}", answer.content);
-    let frames = wire(&w.s);
-    assert_eq!(session_order(&frames).len(), 2, "one rotation");
-    let published: Vec<String> = w.agent_events().into_iter().map(|e| e.content).collect();
-    assert!(published.iter().all(|p| !p.contains("Write a handoff")), "{published:?}");
-    let told = published.iter().filter(|p| p.contains("limit of 2 turns")).count();
-    assert_eq!(told, 1, "the thread is told once: {published:?}");
-}
-
 /// A turn that stops with `max_tokens` ends a long answer, not the session: the thread goes on
 /// in the same session and the code word is still known.
 #[test]
 fn a_max_tokens_stop_keeps_the_session() {
-    let (_dir, mut s) = scenario();
-    let running = start(&s, &[], &[]);
-    let wait = |s: &Scenario| {
-        let last = s.events().into_iter().rfind(|e| e.pubkey != AGENT).unwrap();
-        s.wait_for_reply(&last.id, WAIT).expect("answered");
-    };
-    let t = code_word_thread(&mut s, wait);
-    let long = s
-        .post_reply(&t.root, &t.last, "write a lot !stop:max_tokens")
-        .unwrap();
-    let long_answer = s.wait_for_reply(&long.id, WAIT).expect("answered");
-    let question = s
-        .post_reply(&t.root, &long_answer, "what was the code word?")
-        .unwrap();
-    let answer = s.wait_for_reply(&question.id, WAIT).expect("answered");
-    running.stop().unwrap();
+    let w = RelayWorld::new();
+    let harness = w.start(&[], &[]);
+    let t = code_word_thread(&w, Answering::Running);
+    let long = w.post_reply(&t.root, &t.last, "write a lot !stop:max_tokens");
+    let long_answer = w.wait_for_reply(&long.id, WAIT).expect("answered");
+    let question = w.post_reply(&t.root, &long_answer, "what was the code word?");
+    let answer = w.wait_for_reply(&question.id, WAIT);
+    harness.stop().expect("the harness stops");
+
+    let answer = answer.expect("the question is answered");
     assert_eq!(turns(&answer), 4, "the same session: {}", answer.content);
-    assert!(knows_code(&answer), "{}", answer.content);
-    assert_eq!(count_method(&wire(&s), "session/new"), 1);
-    assert!(
-        notices_about(&s, &question.id).is_empty(),
-        "nothing to tell"
+    assert_eq!(
+        code_seen(&answer).as_deref(),
+        Some(CODE),
+        "{}",
+        answer.content
     );
+    assert_eq!(count_method(&wire(&w.s), "session/new"), 1);
+    assert!(w.notices_about(&question.id).is_empty(), "nothing to tell");
 }
 
 /// The agent lost the stored session (its transcript is gone): the new session gets the whole
 /// thread, not only the last messages, and the thread is told so once.
 #[test]
 fn a_lost_session_is_replaced_by_one_that_has_the_whole_thread() {
-    let (_dir, mut s) = scenario();
-    let once = |s: &Scenario| run_once(s, &[], &[]);
-    let t = code_word_thread(&mut s, once);
-    std::fs::remove_dir_all(s.agent_state_dir.join("sessions")).expect("forget the transcripts");
-    let question = s
-        .post_reply(&t.root, &t.last, "what was the code word?")
-        .unwrap();
-    run_once(&s, &[], &[]);
+    let w = RelayWorld::new();
+    let t = code_word_thread(&w, Answering::RestartEach(&[]));
+    std::fs::remove_dir_all(w.s.agent_state_dir.join("sessions")).expect("forget the transcripts");
+    let harness = w.start(&[], &[]);
+    let question = w.post_reply(&t.root, &t.last, "what was the code word?");
+    let answer = w.wait_for_reply(&question.id, WAIT);
+    harness.stop().expect("the harness stops");
 
-    let answer = s.reply_to(&question.id).expect("answered");
+    let answer = answer.expect("the question is answered");
     assert_eq!(turns(&answer), 1, "a new session: {}", answer.content);
-    assert!(knows_code(&answer), "the whole thread: {}", answer.content);
-    let frames = wire(&s);
+    assert_eq!(
+        code_seen(&answer).as_deref(),
+        Some(CODE),
+        "the whole thread: {}",
+        answer.content
+    );
+    let frames = wire(&w.s);
     assert_eq!(
         count_method(&frames, "session/load"),
         2,
         "one load per restart"
     );
     assert_eq!(count_method(&frames, "session/new"), 2);
-    let notices = notices_about(&s, &question.id);
+    let notices = w.notices_about(&question.id);
     assert_eq!(notices.len(), 1, "{notices:?}");
     assert!(
         notices[0].content.contains("the whole thread"),
@@ -209,21 +202,27 @@ fn a_lost_session_is_replaced_by_one_that_has_the_whole_thread() {
 /// new session that gets the whole thread, and the question is answered.
 #[test]
 fn an_exhausted_session_is_replaced_by_one_that_has_the_whole_thread() {
-    let (_dir, mut s) = scenario();
-    let running = start(&s, &[], &[]);
-    let wait = |s: &Scenario| {
-        let last = s.events().into_iter().rfind(|e| e.pubkey != AGENT).unwrap();
-        s.wait_for_reply(&last.id, WAIT).expect("answered");
-    };
-    let t = code_word_thread(&mut s, wait);
-    let question = s
-        .post_reply(&t.root, &t.last, "what was the code word? !full")
-        .unwrap();
-    let answer = s.wait_for_reply(&question.id, WAIT).expect("answered");
-    running.stop().unwrap();
-    assert_eq!(turns(&answer), 1, "a new session: {}", answer.content);
-    assert!(knows_code(&answer), "{}", answer.content);
-    let frames = wire(&s);
+    let w = RelayWorld::new();
+    let harness = w.start(&[], &[]);
+    let t = code_word_thread(&w, Answering::Running);
+    let question = w.post_reply(&t.root, &t.last, "what was the code word? !full");
+    let answer = w.wait_for_reply(&question.id, WAIT);
+    harness.stop().expect("the harness stops");
+
+    let answer = answer.expect("the question is answered");
+    assert_eq!(
+        reply_turns(&answer),
+        Some(1),
+        "a new session: {}",
+        answer.content
+    );
+    assert_eq!(
+        code_seen(&answer).as_deref(),
+        Some(CODE),
+        "{}",
+        answer.content
+    );
+    let frames = wire(&w.s);
     let order = session_order(&frames);
     let refused: Vec<_> = requests_of(&frames, "session/prompt")
         .into_iter()
@@ -234,7 +233,7 @@ fn an_exhausted_session_is_replaced_by_one_that_has_the_whole_thread() {
         3,
         "root, code word, and the refused question once"
     );
-    let notices = notices_about(&s, &question.id);
+    let notices = w.notices_about(&question.id);
     assert_eq!(notices.len(), 1, "{notices:?}");
     assert!(
         notices[0].content.contains("ran out of context space"),
