@@ -8,24 +8,46 @@
 //!   `sessionCapabilities.resume` is advertised;
 //! * `session/close` releases an abandoned session only when
 //!   `sessionCapabilities.close` is advertised.
+//!
+//! Every scenario runs over the test relay (`RelayWorld`): the owner writes, and
+//! a restart is the harness stopped and started again (it hears only what is
+//! posted while it runs, and reads the thread's history from the relay when it
+//! starts).
 
+use buzz_acp::relay::Event;
+use buzz_acp_fork_tests::relay::RelayWorld;
 use buzz_acp_fork_tests::*;
+
+/// Starts the harness (test-agent flags `agent_args`, harness flags `extra`), lets `post` post
+/// one mention, waits for its answer and stops the harness: one run of it, as many restarts
+/// are. Returns the mention and its answer (`None` when it was never answered).
+fn one_run(
+    w: &RelayWorld,
+    agent_args: &[&str],
+    extra: &[&str],
+    post: impl FnOnce() -> Event,
+) -> (Event, Option<Event>) {
+    let harness = w.start(agent_args, extra);
+    let mention = post();
+    let answer = w.wait_for_reply(&mention.id, WAIT);
+    harness.stop().expect("the harness stops");
+    (mention, answer)
+}
 
 /// An agent without `loadSession`: no `session/load` on the wire, a fresh
 /// session with the whole window, and its receipt replaces the old one.
 #[test]
 fn without_load_session_no_session_load_is_ever_sent() {
-    let (_dir, mut s) = scenario();
-    let root = s.post_top("remember alpha-7301").unwrap();
-    run_once(&s, &["--no-load-session"], &[]);
-    let r1 = s.reply_to(&root.id).unwrap();
-    let first = stored_sessions(&s);
+    let w = RelayWorld::new();
+    let agent_args = ["--no-load-session"];
+    let (root, r1) = one_run(&w, &agent_args, &[], || w.post_top("remember alpha-7301"));
+    let r1 = r1.expect("the root is answered");
+    let first = stored_sessions(&w);
 
-    let q = s.post_reply(&root, &r1, "again").unwrap();
-    run_once(&s, &["--no-load-session"], &[]);
-    let r2 = s.reply_to(&q.id).unwrap();
+    let (_, r2) = one_run(&w, &agent_args, &[], || w.post_reply(&root, &r1, "again"));
+    let r2 = r2.expect("the reply is answered");
 
-    let frames = wire(&s);
+    let frames = wire(&w.s);
     assert_eq!(count_method(&frames, "session/load"), 0);
     assert_eq!(count_method(&frames, "session/new"), 2);
     assert_eq!(turns(&r2), 1);
@@ -34,25 +56,24 @@ fn without_load_session_no_session_load_is_ever_sent() {
         2,
         "the whole window, as upstream"
     );
-    let second = stored_sessions(&s);
+    let second = stored_sessions(&w);
     assert_eq!(second.len(), 1);
     assert_ne!(second, first, "the new session replaced the receipt");
-    insta::assert_json_snapshot!("no_load_session_wire_log", wire_view(&s));
+    insta::assert_json_snapshot!("no_load_session_wire_log", w.wire_view_without_digests());
 }
 
 /// An agent advertising `sessionCapabilities.resume` is resumed with
 /// `session/resume`: the same session, no history replayed over the wire.
 #[test]
 fn advertised_resume_is_preferred_over_load() {
-    let (_dir, mut s) = scenario();
-    let root = s.post_top("remember alpha-7301").unwrap();
-    run_once(&s, &["--session-resume"], &[]);
-    let r1 = s.reply_to(&root.id).unwrap();
-    let q = s.post_reply(&root, &r1, "again").unwrap();
-    run_once(&s, &["--session-resume"], &[]);
-    let r2 = s.reply_to(&q.id).unwrap();
+    let w = RelayWorld::new();
+    let agent_args = ["--session-resume"];
+    let (root, r1) = one_run(&w, &agent_args, &[], || w.post_top("remember alpha-7301"));
+    let r1 = r1.expect("the root is answered");
+    let (_, r2) = one_run(&w, &agent_args, &[], || w.post_reply(&root, &r1, "again"));
+    let r2 = r2.expect("the reply is answered");
 
-    let frames = wire(&s);
+    let frames = wire(&w.s);
     assert_eq!(count_method(&frames, "session/load"), 0);
     assert_eq!(count_method(&frames, "session/resume"), 1);
     assert_eq!(count_method(&frames, "session/new"), 1);
@@ -64,21 +85,29 @@ fn advertised_resume_is_preferred_over_load() {
 #[test]
 fn rotate_closes_the_abandoned_session_only_when_advertised() {
     for (agent_args, expect_close) in [(&["--session-close"][..], true), (&[][..], false)] {
-        let (_dir, mut s) = scenario();
-        let running = start(&s, agent_args, &[]);
-        let root = s.post_top("start").unwrap();
-        let r1 = s.wait_for_reply(&root.id, WAIT).unwrap();
-        let abandoned = stored_sessions_once(&s, 1).into_values().next().unwrap();
-        let rot = s.post_reply_as(OWNER, &root, &r1, "!rotate").unwrap();
-        s.wait_for_reply(&rot.id, WAIT).expect("rotate notice");
-        let q = s.post_reply(&root, &r1, "again").unwrap();
-        s.wait_for_reply(&q.id, WAIT).unwrap();
-        running.stop().unwrap();
+        let w = RelayWorld::new();
+        let harness = w.start(agent_args, &[]);
+        let root = w.post_top("start");
+        let r1 = w.wait_for_reply(&root.id, WAIT).expect("answered");
+        let abandoned = stored_sessions_once(&w, 1)
+            .into_values()
+            .next()
+            .expect("the thread's session");
+        let rot = w.post_reply(&root, &r1, "!rotate");
+        w.wait_for_reply(&rot.id, WAIT).expect("rotate notice");
+        let q = w.post_reply(&root, &r1, "again");
+        w.wait_for_reply(&q.id, WAIT).expect("answered");
+        harness.stop().expect("the harness stops");
 
-        let frames = wire(&s);
+        let frames = wire(&w.s);
         let closes: Vec<String> = requests_of(&frames, "session/close")
             .iter()
-            .map(|f| f.params["sessionId"].as_str().unwrap().to_string())
+            .map(|f| {
+                f.params["sessionId"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
             .collect();
         if expect_close {
             // The abandoned session is released first (later patches may also
@@ -94,11 +123,15 @@ fn rotate_closes_the_abandoned_session_only_when_advertised() {
 /// the abandoned session when the agent advertises `close`.
 #[test]
 fn rotation_inside_a_turn_closes_when_advertised() {
-    let (_dir, mut s) = scenario();
-    let root = s.post_top("one").unwrap();
-    run_once(&s, &["--session-close"], &["--max-turns-per-session", "1"]);
-    assert!(s.reply_to(&root.id).is_some());
-    let frames = wire(&s);
+    let w = RelayWorld::new();
+    let (_, answer) = one_run(
+        &w,
+        &["--session-close"],
+        &["--max-turns-per-session", "1"],
+        || w.post_top("one"),
+    );
+    assert!(answer.is_some(), "the message is answered");
+    let frames = wire(&w.s);
     let created = session_order(&frames);
     let closes = requests_of(&frames, "session/close");
     assert_eq!(closes.len(), 1);
@@ -121,14 +154,12 @@ fn the_gate_reads_the_negotiated_versions_layout() {
     for (protocol, flags, expected) in cases {
         let mut agent_args = vec!["--protocol", protocol];
         agent_args.extend_from_slice(flags);
-        let (_dir, mut s) = scenario();
-        let root = s.post_top("one").unwrap();
-        run_once(&s, &agent_args, &[]);
-        let r1 = s.reply_to(&root.id).unwrap();
-        let q = s.post_reply(&root, &r1, "two").unwrap();
-        run_once(&s, &agent_args, &[]);
-        let r2 = s.reply_to(&q.id).unwrap();
-        let frames = wire(&s);
+        let w = RelayWorld::new();
+        let (root, r1) = one_run(&w, &agent_args, &[], || w.post_top("one"));
+        let r1 = r1.expect("the root is answered");
+        let (_, r2) = one_run(&w, &agent_args, &[], || w.post_reply(&root, &r1, "two"));
+        let r2 = r2.expect("the reply is answered");
+        let frames = wire(&w.s);
         let restores =
             count_method(&frames, "session/load") + count_method(&frames, "session/resume");
         match expected {
