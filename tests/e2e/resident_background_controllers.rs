@@ -3,6 +3,10 @@
 //! on the same session (no `session/load`, no `session/new`); the finishing
 //! window is closed; residency counts against capacity; disposal happens once
 //! per trigger and leaves the receipt for a warm resume.
+//!
+//! Every scenario runs over the test relay (`RelayWorld`): the owner writes, and
+//! the harness runs throughout each scenario. A turn is held open with the test
+//! agent's `!gate:NAME` until the test opens the gate.
 
 use buzz_acp_fork_tests::relay::RelayWorld;
 use buzz_acp_fork_tests::*;
@@ -21,27 +25,27 @@ fn methods_of(frames: &[WireFrame], pid: u32) -> Vec<String> {
 /// (residency counts against capacity) instead of taking the resident's.
 #[test]
 fn a_follow_up_continues_hot_on_the_resident_session() {
-    let (_dir, mut s) = scenario();
-    let running = start(&s, &[], &["--agents", "2", "--lazy-pool"]);
-    let a = s.post_top("thread A: remember alpha-7301").unwrap();
-    let ra = s.wait_for_reply(&a.id, WAIT).unwrap();
+    let w = RelayWorld::new();
+    let harness = w.start(&[], &["--agents", "2", "--lazy-pool"]);
+    let a = w.post_top("thread A: remember alpha-7301");
+    let ra = w.wait_for_reply(&a.id, WAIT).expect("A is answered");
     // B's turn is held open until the test lets it go.
-    let b = s.post_top("thread B is slow !gate:b").unwrap();
+    let b = w.post_top("thread B is slow !gate:b");
     wait_until(WAIT, || {
-        (s.observer_records("prompt_context_delivery").len() == 2).then_some(())
+        (w.s.observer_records("prompt_context_delivery").len() == 2).then_some(())
     })
     .expect("B dispatched");
-    let qa = s.post_reply(&a, &ra, "A again").unwrap();
-    let ra2 = s.wait_for_reply(&qa.id, WAIT).unwrap();
-    assert!(
-        s.reply_to(&b.id).is_none(),
-        "A was answered while B still ran"
-    );
-    s.open_gate("b").unwrap();
-    s.wait_for_reply(&b.id, WAIT).unwrap();
-    running.stop().unwrap();
+    let qa = w.post_reply(&a, &ra, "A again");
+    let ra2 = w.wait_for_reply(&qa.id, WAIT);
+    let b_answered_first = w.reply_to(&b.id).is_some();
+    w.s.open_gate("b").expect("the gate opens");
+    let rb = w.wait_for_reply(&b.id, WAIT);
+    harness.stop().expect("the harness stops");
 
-    let frames = wire(&s);
+    let ra2 = ra2.expect("A's follow-up is answered while B runs");
+    assert!(!b_answered_first, "A was answered while B still ran");
+    assert!(rb.is_some(), "B is answered once its gate opens");
+    let frames = wire(&w.s);
     assert_eq!(count_method(&frames, "session/load"), 0);
     assert_eq!(
         count_method(&frames, "session/new"),
@@ -57,61 +61,31 @@ fn a_follow_up_continues_hot_on_the_resident_session() {
     insta::assert_json_snapshot!("hot_worker_methods", methods_of(&frames, a_worker));
 }
 
-/// The same over a real Nostr relay: while thread B's turn is held open, A's follow-up is
-/// answered on A's live session (no `session/load`, no third session).
-#[test]
-fn over_a_relay_a_follow_up_continues_hot_while_another_thread_is_busy() {
-    let w = RelayWorld::new();
-    let harness = w.start(&[], &["--agents", "2", "--lazy-pool"]);
-    let a = w.say(&w.owner, "thread A: remember alpha-7301", None);
-    let ra = w.answer_to(&a);
-    let b = w.say(&w.owner, "thread B is slow !gate:b", None);
-    wait_until(WAIT, || {
-        (w.s.observer_records("prompt_context_delivery").len() == 2).then_some(())
-    })
-    .expect("B dispatched");
-    let a_id = a.id.to_hex();
-    let qa = w.say(&w.owner, "A again", Some((&a_id, &ra.id)));
-    let ra2 = w.answer_to(&qa);
-    assert!(w.answer_now(&b).is_none(), "A was answered while B still ran");
-    w.s.open_gate("b").unwrap();
-    w.answer_to(&b);
-    harness.stop().expect("the harness stops");
-
-    let frames = wire(&w.s);
-    assert_eq!(count_method(&frames, "session/load"), 0);
-    assert_eq!(count_method(&frames, "session/new"), 2, "A and B, nothing more");
-    let prompts = prompt_texts(&frames);
-    assert_eq!(prompts[2].0, prompts[0].0, "the follow-up ran on A's session");
-    assert_eq!(turns(&ra2), 2);
-}
-
 /// With `--multiple-event-handling queue`, a message that arrives while its
 /// thread's turn runs waits for that turn and continues on the same session:
 /// both messages are answered, in order, and the running turn is not
 /// cancelled.
 #[test]
 fn a_follow_up_during_a_turn_is_queued_for_the_same_session() {
-    let (_dir, mut s) = scenario();
-    let running = start(&s, &[], &["--multiple-event-handling", "queue"]);
+    let w = RelayWorld::new();
+    let harness = w.start(&[], &["--multiple-event-handling", "queue"]);
     // The first turn is held open until the second message has been admitted.
-    let root = s.post_top("long question !gate:first").unwrap();
+    let root = w.post_top("long question !gate:first");
     wait_until(WAIT, || {
-        (!s.observer_records("prompt_context_delivery").is_empty()).then_some(())
+        (!w.s.observer_records("prompt_context_delivery").is_empty()).then_some(())
     })
     .expect("turn running");
-    let q = s.post_reply(&root, &root, "and one more thing").unwrap();
-    wait_admitted(&running, &q.id).expect("the second message is admitted mid-turn");
-    s.open_gate("first").unwrap();
-    let r1 = s
-        .wait_for_reply(&root.id, WAIT)
-        .expect("the first message is answered");
-    let r2 = s
-        .wait_for_reply(&q.id, WAIT)
-        .expect("the second message is answered");
-    running.stop().unwrap();
+    let q = w.post_reply(&root, &root, "and one more thing");
+    w.wait_read_by_harness(&q)
+        .expect("the second message is admitted mid-turn");
+    w.s.open_gate("first").expect("the gate opens");
+    let r1 = w.wait_for_reply(&root.id, WAIT);
+    let r2 = w.wait_for_reply(&q.id, WAIT);
+    harness.stop().expect("the harness stops");
 
-    let frames = wire(&s);
+    let r1 = r1.expect("the first message is answered");
+    let r2 = r2.expect("the second message is answered");
+    let frames = wire(&w.s);
     assert_eq!(
         count_method(&frames, "session/cancel"),
         0,
@@ -132,7 +106,7 @@ fn a_follow_up_during_a_turn_is_queued_for_the_same_session() {
 /// the thread resumes warm on a new agent.
 #[test]
 fn rotate_exit_and_shutdown_free_each_resident_exactly_once() {
-    let (_dir, mut s) = scenario();
+    let w = RelayWorld::new();
     // Each agent process exits on its fourth prompt.
     let agent_args = [
         "--session-close",
@@ -141,23 +115,25 @@ fn rotate_exit_and_shutdown_free_each_resident_exactly_once() {
         "--exit-on-request",
         "4",
     ];
-    let running = start(&s, &agent_args, &[]);
-    let a = s.post_top("thread A").unwrap();
-    let ra = s.wait_for_reply(&a.id, WAIT).unwrap();
-    let rot = s.post_reply_as(OWNER, &a, &ra, "!rotate").unwrap();
-    s.wait_for_reply(&rot.id, WAIT).unwrap();
-    let b = s.post_top("thread B").unwrap();
-    let rb = s.wait_for_reply(&b.id, WAIT).unwrap();
-    let qb = s.post_reply(&b, &rb, "B again").unwrap();
-    let rb2 = s.wait_for_reply(&qb.id, WAIT).unwrap();
+    let harness = w.start(&agent_args, &[]);
+    let a = w.post_top("thread A");
+    let ra = w.wait_for_reply(&a.id, WAIT).expect("A is answered");
+    // The owner's command (`post_reply` writes as the owner).
+    let rot = w.post_reply(&a, &ra, "!rotate");
+    w.wait_for_reply(&rot.id, WAIT).expect("the rotate notice");
+    let b = w.post_top("thread B");
+    let rb = w.wait_for_reply(&b.id, WAIT).expect("B is answered");
+    let qb = w.post_reply(&b, &rb, "B again");
+    let rb2 = w
+        .wait_for_reply(&qb.id, WAIT)
+        .expect("B's follow-up is answered");
     // The fourth prompt of this process kills it; the thread is answered by the next one.
-    let qb2 = s.post_reply(&b, &rb2, "B once more").unwrap();
-    let rb3 = s
-        .wait_for_reply(&qb2.id, WAIT)
-        .expect("answered after the respawn");
-    running.stop().unwrap();
+    let qb2 = w.post_reply(&b, &rb2, "B once more");
+    let rb3 = w.wait_for_reply(&qb2.id, WAIT);
+    harness.stop().expect("the harness stops");
 
-    let frames = wire(&s);
+    let rb3 = rb3.expect("answered after the respawn");
+    let frames = wire(&w.s);
     let order = session_order(&frames);
     let (a_session, b_session) = (order[0].clone(), order[1].clone());
     let first = frames[0].pid;
