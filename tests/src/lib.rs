@@ -1,9 +1,11 @@
 //! Shared support for the patched tree's end-to-end scenarios.
 //!
-//! Every scenario runs the real patched `buzz-acp` binary against the real
-//! `acp-test-agent` binary through a file relay (see `buzz_acp::testing`), and
-//! asserts on what crossed the wire (the agent's wire log), what reached the
-//! relay, the observer log, and the durable store file. The tests only use the
+//! Every end-to-end scenario runs the real patched `buzz-acp` binary against
+//! the real `acp-test-agent` binary over a real Nostr relay (the fork's test
+//! relay, started in the test's process: [`relay::RelayWorld`]), and asserts
+//! on what crossed the wire (the agent's wire log), what reached the relay,
+//! the observer log, and the durable store. The in-process guards (`inproc/`,
+//! tokio's paused clock) use the model's file relay ([`inproc`]). The tests only use the
 //! binaries and files, never patched Rust APIs, so the same test compiles
 //! with or without any patch: that is what lets `scripts/fork verify
 //! --mutation` prove each guard fails when its patch is missing.
@@ -15,8 +17,7 @@ pub mod relay;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::{Child, Command, ExitStatus};
 use std::time::Duration;
 
 pub use acp_test_agent::harness::{
@@ -112,35 +113,7 @@ pub fn agent(s: &Scenario, args: &[&str]) -> String {
     s.agent_command(&agent_bin(), &all)
 }
 
-/// Runs the harness with `--once`, panicking with its stderr on failure.
-pub fn run_once(s: &Scenario, agent_args: &[&str], extra: &[&str]) {
-    if let Err(e) = s.run_once_ok(&harness_bin(), &agent(s, agent_args), extra) {
-        panic!("{e}");
-    }
-}
-
-/// Runs the harness with `--once` and `env` (e.g. a fork flag's `BUZZ_ACP_*` variable: a harness
-/// without the patch that reads it ignores it, so a guard fails by what the harness then does,
-/// not by a command line it rejects), panicking with its stderr on failure.
-pub fn run_once_env(s: &Scenario, agent_args: &[&str], extra: &[&str], env: &[(&str, &str)]) {
-    let mut cmd = s.harness_command(&harness_bin(), &agent(s, agent_args), extra);
-    cmd.arg("--once").envs(env.iter().copied());
-    let out = cmd.output().expect("run buzz-acp");
-    assert!(
-        out.status.success(),
-        "buzz-acp exited with {}:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Starts the harness in the background.
-pub fn start(s: &Scenario, agent_args: &[&str], extra: &[&str]) -> Running {
-    s.start(&harness_bin(), &agent(s, agent_args), extra)
-        .expect("start buzz-acp")
-}
-
-/// A harness started in the background by [`start_env`]: stopped with SIGTERM by
+/// A harness started in the background ([`relay::Chat::start_harness`]): stopped with SIGTERM by
 /// [`Background::stop`] (it settles its turns and flushes its receipt writes), killed when dropped.
 #[derive(Debug)]
 pub struct Background {
@@ -168,28 +141,6 @@ impl Drop for Background {
     }
 }
 
-/// Starts the harness in the background with `env` (e.g. a fork flag's `BUZZ_ACP_*` variable: a
-/// harness without the patch that reads it ignores it, so a guard fails by what the harness then
-/// does). Its log goes to `harness-env-N.log` in the scenario's root (N counts the starts).
-pub fn start_env(
-    s: &Scenario,
-    agent_args: &[&str],
-    extra: &[&str],
-    env: &[(&str, &str)],
-) -> Background {
-    static STARTS: AtomicUsize = AtomicUsize::new(0);
-    let n = STARTS.fetch_add(1, Ordering::Relaxed);
-    let log =
-        std::fs::File::create(s.root.join(format!("harness-env-{n}.log"))).expect("harness log");
-    let mut cmd = s.harness_command(&harness_bin(), &agent(s, agent_args), extra);
-    cmd.envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(log);
-    Background {
-        child: cmd.spawn().expect("start buzz-acp"),
-    }
-}
-
 /// The PostgreSQL server the test command started (`scripts/pg`; `scripts/fork verify` provides
 /// one), or a skip the caller asked for explicitly; without either the test fails rather than
 /// pass untested.
@@ -202,17 +153,6 @@ pub fn postgres_url() -> Option<String> {
         "set BUZZ_TEST_POSTGRES_URL (scripts/pg start prints one) or BUZZ_TEST_SKIP_POSTGRES=1"
     );
     None
-}
-
-/// Waits until the running harness has admitted `event_id` (its log's `admitted` line names
-/// it): the event, not a guess at how long a poll takes.
-pub fn wait_admitted(running: &Running, event_id: &str) -> Option<()> {
-    wait_until(WAIT, || {
-        let log = std::fs::read_to_string(running.log_path()).unwrap_or_default();
-        log.lines()
-            .any(|l| l.contains("admitted") && l.contains(event_id))
-            .then_some(())
-    })
 }
 
 /// What the harness wrote to its agents, from the agent's wire log (the agent's own frames,
@@ -322,11 +262,6 @@ pub fn notices_about(s: &Scenario, event_id: &str) -> Vec<Event> {
         .into_iter()
         .filter(|e| e.tag_values("q").any(|q| q == event_id))
         .collect()
-}
-
-/// Waits until the harness has posted a notice about `event_id`.
-pub fn wait_for_notice(s: &Scenario, event_id: &str, timeout: Duration) -> Option<Event> {
-    wait_until(timeout, || notices_about(s, event_id).into_iter().next())
 }
 
 /// The snapshot view of a scenario's wire log (`normalize_wire_log`: session ids, paths, and
