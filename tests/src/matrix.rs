@@ -33,10 +33,10 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use buzz_acp::relay::{Event, RelayError};
-use buzz_acp::testing::{ChatError, Scenario, wait_until};
+use buzz_acp::testing::{ChatError, Scenario, wait_until, wait_until_every};
 use tempfile::TempDir;
 
-use crate::relay::{Chat, ChatSetupError, Launch};
+use crate::relay::{Chat, ChatSetupError, Launch, RELAY_POLL};
 use crate::{Background, FrameKind, WAIT, WireFrame, agent_bin, harness_bin, reply_nonces};
 
 /// The code word (a nonce for the test agent: letters, a dash, four digits or more).
@@ -522,14 +522,14 @@ impl Cell<'_> {
 
     /// Waits for the agent's answer to `event`.
     fn wait_answer(&self, event: &Event) -> Result<Event, CellError> {
-        wait_until(WAIT, || self.answer_now(event))
+        wait_until_every(WAIT, RELAY_POLL, || self.answer_now(event))
             .ok_or_else(|| CellError::Setup(format!("no answer to {:?}", event.content)))
     }
 
     /// Waits a while for the answer to the question (the build under test may never give one:
     /// that is what the cell shows, not an error).
     fn await_answer(&self, question: &Event) {
-        let _ = wait_until(WAIT, || self.answer_now(question));
+        let _ = wait_until_every(WAIT, RELAY_POLL, || self.answer_now(question));
     }
 
     /// Posts the thread to a running harness, waiting for each answer. `cause`, when given, is
@@ -708,7 +708,7 @@ impl Cell<'_> {
         let other_answer = self.wait_answer(&other)?;
         let at = self.frames_now();
         let switch = self.post("!model test-large", Some((&t.root, &t.last)), true)?;
-        let switched = wait_until(WAIT, || self.reply_now(&switch));
+        let switched = wait_until_every(WAIT, RELAY_POLL, || self.reply_now(&switch));
         let after_switch = switched.clone().unwrap_or_else(|| switch.clone());
         let question = self.post(QUESTION, Some((&t.root, &after_switch)), true)?;
         self.await_answer(&question);
@@ -773,7 +773,7 @@ impl Cell<'_> {
         let t = self.thread(None)?;
         let at = self.frames_now();
         let rotate = self.post("!rotate", Some((&t.root, &t.last)), true)?;
-        let rotated = wait_until(WAIT, || self.reply_now(&rotate));
+        let rotated = wait_until_every(WAIT, RELAY_POLL, || self.reply_now(&rotate));
         let after = rotated.clone().unwrap_or_else(|| rotate.clone());
         let question = self.post(QUESTION, Some((&t.root, &after)), true)?;
         self.await_answer(&question);

@@ -25,6 +25,11 @@ use crate::{Background, CheckedDir, WAIT, agent, harness_bin, scenario};
 /// The channel every relay scenario talks in.
 pub const RELAY_CHANNEL: &str = "0b8e2d4c-1f3a-4c5e-9d7b-2a6f8e1c3b5d";
 
+/// How often a scenario reads the relay while it waits for the agent: each read is a signed
+/// `POST /query` whose answer is verified event by event, so reading every 20 ms (the files'
+/// pace) would keep a core busy in a debug build.
+pub const RELAY_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// What the harness logs once it is connected, authenticated and subscribed.
 const SUBSCRIBED: &str = "connected, authenticated and subscribed";
 
@@ -217,7 +222,7 @@ impl Chat {
 
     /// The agent's answer to `trigger`, waiting up to [`WAIT`].
     pub fn answer_to(&self, trigger: &nostr::Event) -> Event {
-        crate::wait_until(WAIT, || self.answer_now(trigger))
+        buzz_acp::testing::wait_until_every(WAIT, RELAY_POLL, || self.answer_now(trigger))
             .unwrap_or_else(|| panic!("no answer to {:?}", trigger.content))
     }
 
@@ -383,7 +388,7 @@ impl RelayWorld {
 
     /// Waits up to `timeout` for the agent's reply to `event_id`.
     pub fn wait_for_reply(&self, event_id: &str, timeout: std::time::Duration) -> Option<Event> {
-        crate::wait_until(timeout, || self.reply_to(event_id))
+        buzz_acp::testing::wait_until_every(timeout, RELAY_POLL, || self.reply_to(event_id))
     }
 
     /// How many of the agent's messages answer `event_id` (as its reply, or as one more trigger
