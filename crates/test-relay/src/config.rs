@@ -71,6 +71,13 @@ pub struct Faults {
     pub notice: Option<String>,
     /// Answer the next `REQ`s with `CLOSED` and this reason instead of serving them.
     pub closed: Option<ClosedFault>,
+    /// Answer the next `REQ`s for one subscription id with `CLOSED` and a reason (before
+    /// [`Faults::closed`] is looked at); `REQ`s for other ids are served.
+    pub closed_subscription: Option<ClosedSubscriptionFault>,
+    /// Send these frames, in order, to the next client that authenticates, right after the
+    /// relay's `OK true` for its `AUTH`. Sent once: the first connection that authenticates
+    /// after they were set takes them.
+    pub after_auth: Vec<RawFrame>,
 }
 
 /// "Fail the next `count` REST requests like this."
@@ -101,6 +108,49 @@ pub struct ClosedFault {
     pub reason: String,
     /// How many `REQ`s are closed before the relay serves them again.
     pub count: u32,
+}
+
+/// "Answer the next `count` `REQ`s for `subscription` with `CLOSED` and `reason`."
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedSubscriptionFault {
+    /// The subscription id (e.g. `ch-<channel uuid>`).
+    pub subscription: String,
+    /// The `CLOSED` message, e.g. `restricted: not a channel member` or `rate-limited: …`.
+    pub reason: String,
+    /// How many of its `REQ`s are closed before the relay serves it again.
+    pub count: u32,
+}
+
+/// A frame the relay sends a client as it is, whatever a Nostr client makes of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawFrame {
+    /// A text frame with exactly this text: not JSON, or JSON that is no relay message.
+    Text(String),
+    /// A text frame of exactly `bytes` bytes: a `NOTICE` whose message is padding (just
+    /// padding when `bytes` is too small for the brackets). Over a client's frame limit (16 MiB
+    /// is tungstenite's default), an oversized frame.
+    PaddedNotice {
+        /// The frame's payload length.
+        bytes: usize,
+    },
+}
+
+impl RawFrame {
+    /// The frame's text.
+    #[must_use]
+    pub fn text(&self) -> String {
+        match self {
+            RawFrame::Text(text) => text.clone(),
+            RawFrame::PaddedNotice { bytes } => {
+                const OPEN: &str = "[\"NOTICE\",\"";
+                const CLOSE: &str = "\"]";
+                match bytes.checked_sub(OPEN.len() + CLOSE.len()) {
+                    Some(padding) => format!("{OPEN}{}{CLOSE}", "x".repeat(padding)),
+                    None => "x".repeat(*bytes),
+                }
+            }
+        }
+    }
 }
 
 /// The faults of a running relay, shared by every connection.
@@ -147,9 +197,20 @@ impl FaultState {
         Some(kind)
     }
 
-    /// Takes one `CLOSED` answer off the counter, if one is armed; its reason.
-    pub(crate) fn take_closed(&self) -> Option<String> {
+    /// Takes one `CLOSED` answer for a `REQ` of `subscription` off its counter, if one is armed
+    /// (the fault for that subscription first, then the one for any); its reason.
+    pub(crate) fn take_closed(&self, subscription: &str) -> Option<String> {
         let mut faults = self.lock();
+        if let Some(targeted) = faults.closed_subscription.as_mut()
+            && targeted.subscription == subscription
+        {
+            let reason = targeted.reason.clone();
+            targeted.count = targeted.count.saturating_sub(1);
+            if targeted.count == 0 {
+                faults.closed_subscription = None;
+            }
+            return Some(reason);
+        }
         let closed = faults.closed.as_mut()?;
         let reason = closed.reason.clone();
         closed.count = closed.count.saturating_sub(1);
@@ -157,6 +218,11 @@ impl FaultState {
             faults.closed = None;
         }
         Some(reason)
+    }
+
+    /// The frames for a client that has just authenticated (taken: the next one gets none).
+    pub(crate) fn take_after_auth(&self) -> Vec<RawFrame> {
+        std::mem::take(&mut self.lock().after_auth)
     }
 }
 
@@ -187,10 +253,62 @@ mod tests {
         );
         assert_eq!(state.take_rest_failure(), None);
         assert_eq!(
-            state.take_closed().as_deref(),
+            state.take_closed("any").as_deref(),
             Some("rate-limited: slow down")
         );
-        assert_eq!(state.take_closed(), None);
+        assert_eq!(state.take_closed("any"), None);
+    }
+
+    #[test]
+    fn a_subscriptions_fault_closes_only_its_reqs_and_comes_first() {
+        let state = FaultState::new(Faults {
+            closed_subscription: Some(ClosedSubscriptionFault {
+                subscription: "ch-a".into(),
+                reason: "restricted: not a channel member".into(),
+                count: 2,
+            }),
+            closed: Some(ClosedFault {
+                reason: "error: any".into(),
+                count: 1,
+            }),
+            ..Faults::default()
+        });
+        assert_eq!(
+            state.take_closed("ch-a").as_deref(),
+            Some("restricted: not a channel member")
+        );
+        // Another id falls through to the fault for any subscription, and uses it up.
+        assert_eq!(state.take_closed("ch-b").as_deref(), Some("error: any"));
+        assert_eq!(state.take_closed("ch-b"), None);
+        assert_eq!(
+            state.take_closed("ch-a").as_deref(),
+            Some("restricted: not a channel member")
+        );
+        assert_eq!(state.take_closed("ch-a"), None);
+    }
+
+    #[test]
+    fn frames_after_auth_are_taken_once() {
+        let frames = vec![
+            RawFrame::Text("not json".into()),
+            RawFrame::PaddedNotice { bytes: 64 },
+        ];
+        let state = FaultState::new(Faults {
+            after_auth: frames.clone(),
+            ..Faults::default()
+        });
+        assert_eq!(state.take_after_auth(), frames);
+        assert!(state.take_after_auth().is_empty());
+    }
+
+    #[test]
+    fn a_padded_notice_has_exactly_its_size() {
+        for bytes in [0, 5, 13, 14, 1000] {
+            let text = RawFrame::PaddedNotice { bytes }.text();
+            assert_eq!(text.len(), bytes);
+        }
+        let text = RawFrame::PaddedNotice { bytes: 20 }.text();
+        assert_eq!(text, r#"["NOTICE","xxxxxxx"]"#);
     }
 
     #[test]
@@ -203,7 +321,7 @@ mod tests {
             }),
             ..Faults::default()
         });
-        assert!(state.take_closed().is_some());
-        assert!(state.take_closed().is_none());
+        assert!(state.take_closed("s").is_some());
+        assert!(state.take_closed("s").is_none());
     }
 }

@@ -27,7 +27,8 @@
 //! - `ingest`: publishing a REST write through the builder's ingest path.
 //! - `link`: a websocket into the builder over an in-memory pipe.
 //! - `ws`: the websocket front between a client and its link.
-//! - `state`: what every connection of a relay shares.
+//! - `state`: what every connection of a relay shares (and the record of `REQ`s,
+//!   [`ReceivedRequest`]).
 //! - [`server`]: the listener, the HTTP routing and the [`TestRelay`] handle.
 //!
 //! `docs/TEST-RELAY.md` says what it follows of the Buzz relay and where it differs.
@@ -42,6 +43,10 @@ mod state;
 pub mod tls;
 mod ws;
 
-pub use config::{ClosedFault, Faults, RelayConfig, RestFailure, RestFailureKind};
+pub use config::{
+    ClosedFault, ClosedSubscriptionFault, Faults, RawFrame, RelayConfig, RestFailure,
+    RestFailureKind,
+};
 pub use rest::{EventsAnswer, RelayInfo};
 pub use server::{RelayError, TestRelay};
+pub use state::ReceivedRequest;

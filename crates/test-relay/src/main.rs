@@ -11,7 +11,10 @@ use clap::Parser;
 use nostr::{Keys, SecretKey};
 use serde::Serialize;
 
-use buzz_test_relay::{ClosedFault, Faults, RelayConfig, RestFailure, RestFailureKind, TestRelay};
+use buzz_test_relay::{
+    ClosedFault, ClosedSubscriptionFault, Faults, RawFrame, RelayConfig, RestFailure,
+    RestFailureKind, TestRelay,
+};
 
 /// A loopback Nostr relay shaped like the Buzz relay: NIP-01/NIP-42 websocket and the REST
 /// bridge (NIP-98) on one port, with optional fault injection.
@@ -67,6 +70,34 @@ struct Args {
     /// How many REQs --closed answers.
     #[arg(long, value_name = "N", default_value_t = 1, requires = "closed")]
     closed_count: u32,
+
+    /// Fault: answer REQs for this subscription id with `CLOSED` (see --closed-subscription-reason
+    /// and --closed-subscription-count).
+    #[arg(long, value_name = "ID", requires = "closed_subscription_reason")]
+    closed_subscription: Option<String>,
+
+    /// The reason --closed-subscription gives.
+    #[arg(long, value_name = "REASON", requires = "closed_subscription")]
+    closed_subscription_reason: Option<String>,
+
+    /// How many REQs --closed-subscription answers.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        requires = "closed_subscription"
+    )]
+    closed_subscription_count: u32,
+
+    /// Fault: send this text frame as it is to the first client that authenticates, after its
+    /// `OK` (repeatable; sent in order).
+    #[arg(long, value_name = "TEXT")]
+    after_auth_text: Vec<String>,
+
+    /// Fault: then send that client a NOTICE frame of exactly N bytes (over 16 MiB it is over
+    /// tungstenite's default frame limit).
+    #[arg(long, value_name = "N")]
+    after_auth_notice_bytes: Option<usize>,
 }
 
 impl Args {
@@ -93,6 +124,25 @@ impl Args {
                 reason,
                 count: self.closed_count,
             }),
+            closed_subscription: self
+                .closed_subscription
+                .clone()
+                .zip(self.closed_subscription_reason.clone())
+                .map(|(subscription, reason)| ClosedSubscriptionFault {
+                    subscription,
+                    reason,
+                    count: self.closed_subscription_count,
+                }),
+            after_auth: self
+                .after_auth_text
+                .iter()
+                .cloned()
+                .map(RawFrame::Text)
+                .chain(
+                    self.after_auth_notice_bytes
+                        .map(|bytes| RawFrame::PaddedNotice { bytes }),
+                )
+                .collect(),
         }
     }
 }
@@ -167,5 +217,53 @@ async fn wait_for_stop() {
             tracing::warn!("no SIGTERM handler ({e}); stopping on SIGINT only");
             let _ = tokio::signal::ctrl_c().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_new_fault_flags_make_their_faults() {
+        let args = Args::parse_from([
+            "buzz-test-relay",
+            "--closed-subscription",
+            "ch-a",
+            "--closed-subscription-reason",
+            "rate-limited: slow down",
+            "--closed-subscription-count",
+            "2",
+            "--after-auth-text",
+            "not json",
+            "--after-auth-text",
+            "[\"NOPE\"]",
+            "--after-auth-notice-bytes",
+            "100",
+        ]);
+        let faults = args.faults();
+        assert_eq!(
+            faults.closed_subscription,
+            Some(ClosedSubscriptionFault {
+                subscription: "ch-a".into(),
+                reason: "rate-limited: slow down".into(),
+                count: 2,
+            })
+        );
+        assert_eq!(
+            faults.after_auth,
+            [
+                RawFrame::Text("not json".into()),
+                RawFrame::Text("[\"NOPE\"]".into()),
+                RawFrame::PaddedNotice { bytes: 100 },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_closed_subscription_needs_its_reason() {
+        assert!(
+            Args::try_parse_from(["buzz-test-relay", "--closed-subscription", "ch-a"]).is_err()
+        );
     }
 }

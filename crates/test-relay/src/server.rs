@@ -8,7 +8,8 @@
 
 use std::convert::Infallible;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::body::{Bytes, Incoming};
@@ -30,7 +31,7 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 use crate::config::{FaultState, Faults, RelayConfig};
 use crate::nip98::Nip98Verifier;
 use crate::rest::{self, Post, Reply, Route};
-use crate::state::Shared;
+use crate::state::{Action, ReceivedRequest, Shared};
 use crate::ws;
 
 /// Kind of the NIP-29 group metadata (`d` = the channel, `name`, `t` = its type).
@@ -156,7 +157,9 @@ impl TestRelay {
             faults: FaultState::new(config.faults),
             nip98: Nip98Verifier::new(),
             stopped,
-            closing: broadcast::channel(16).0,
+            actions: broadcast::channel(64).0,
+            requests: Mutex::new(Vec::new()),
+            connections: AtomicU64::new(0),
         });
         let (acceptor, ca_pem) = match tls {
             Some(identity) => (Some(identity.acceptor), Some(identity.ca_pem)),
@@ -344,7 +347,45 @@ impl TestRelay {
     /// with `reason` for each of its subscriptions, and they end (the connections stay). Returns
     /// how many connections were told.
     pub fn close_subscriptions(&self, reason: &str) -> usize {
-        self.shared.closing.send(reason.to_string()).unwrap_or(0)
+        self.act(Action::CloseAll(reason.to_owned()))
+    }
+
+    /// Closes the live subscription `subscription` (e.g. `ch-<channel uuid>`) of every open
+    /// connection that has one now: its client gets `CLOSED` with `reason`, the subscription
+    /// ends, the connection stays. Returns how many connections were told (each acts only if
+    /// the subscription is live on it).
+    pub fn close_subscription(&self, subscription: &str, reason: &str) -> usize {
+        self.act(Action::Close {
+            subscription: subscription.to_owned(),
+            reason: reason.to_owned(),
+        })
+    }
+
+    /// Sends `["NOTICE", text]` to every open websocket connection now. Returns how many
+    /// connections were told. Connections act on these actions and on
+    /// [`TestRelay::close_subscription`]'s in the order they were asked for.
+    pub fn send_notice(&self, text: &str) -> usize {
+        self.act(Action::Notice(text.to_owned()))
+    }
+
+    /// Every `REQ` websocket clients sent so far, in the order each connection read them (a
+    /// `REQ` a fault answered with `CLOSED` included), with the connection's number and when
+    /// it was read.
+    #[must_use]
+    pub fn requests(&self) -> Vec<ReceivedRequest> {
+        self.shared.requests()
+    }
+
+    /// How many websocket connections have been opened so far.
+    #[must_use]
+    pub fn connections(&self) -> u64 {
+        self.shared
+            .connections
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn act(&self, action: Action) -> usize {
+        self.shared.actions.send(action).unwrap_or(0)
     }
 }
 

@@ -1,12 +1,15 @@
 //! What every connection of one relay shares: the builder's relay and its store, the relay's
-//! key and URL, the faults, the NIP-98 replay guard, and the stop signal.
+//! key and URL, the faults, the NIP-98 replay guard, the stop signal, the actions a test sends
+//! every connection, and the record of the `REQ`s clients sent.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use nostr::{Keys, RelayUrl};
 use nostr_relay_builder::LocalRelay;
 use nostr_relay_builder::prelude::NostrDatabase;
 use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
 
 use crate::config::FaultState;
 use crate::nip98::Nip98Verifier;
@@ -30,7 +33,65 @@ pub(crate) struct Shared {
     /// Resolves `changed()` (with an error) once the [`TestRelay`](crate::TestRelay) is dropped: every
     /// connection task watches it and ends.
     pub stopped: watch::Receiver<()>,
-    /// [`TestRelay::close_subscriptions`](crate::TestRelay::close_subscriptions): a reason
-    /// sent here closes every live subscription of every connection with it.
-    pub closing: broadcast::Sender<String>,
+    /// What a test asks of every open connection now ([`Action`]), in the order it asked.
+    pub actions: broadcast::Sender<Action>,
+    /// Every `REQ` a websocket client sent, in the order the connections read them.
+    pub requests: Mutex<Vec<ReceivedRequest>>,
+    /// How many websocket connections were opened (the last one's number).
+    pub connections: AtomicU64,
+}
+
+impl Shared {
+    /// Numbers a new websocket connection (1, 2, …).
+    pub fn next_connection(&self) -> u64 {
+        self.connections.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Notes a `REQ` the client of `connection` sent.
+    pub fn record_request(&self, connection: u64, subscription_id: &str) {
+        self.requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(ReceivedRequest {
+                subscription_id: subscription_id.to_owned(),
+                connection,
+                at: Instant::now(),
+            });
+    }
+
+    /// A copy of the record.
+    pub fn requests(&self) -> Vec<ReceivedRequest> {
+        self.requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// What a test asks of every open websocket connection at once. One channel carries all of
+/// them, so a connection acts on them in the order they were asked for.
+#[derive(Debug, Clone)]
+pub(crate) enum Action {
+    /// End every live subscription with `CLOSED` and this reason.
+    CloseAll(String),
+    /// End the live subscription with this id (if the connection has it) with `CLOSED`.
+    Close {
+        /// The subscription id.
+        subscription: String,
+        /// The `CLOSED` message.
+        reason: String,
+    },
+    /// Send `["NOTICE", text]`.
+    Notice(String),
+}
+
+/// A `REQ` a websocket client sent, as the relay read it (served or answered by a fault).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedRequest {
+    /// Its subscription id.
+    pub subscription_id: String,
+    /// Which websocket connection sent it: 1 for the relay's first, 2 for the next, …
+    pub connection: u64,
+    /// When the relay read it.
+    pub at: Instant,
 }

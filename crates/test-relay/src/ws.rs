@@ -11,24 +11,31 @@
 //!   naming this relay (loopback spellings are one host, as in NIP-98); the builder then checks
 //!   the challenge, the signature and the time.
 //! * **Unreadable frames** get a `NOTICE` here (the builder would end the connection).
-//! * **Faults.** `refuse_auth` answers `AUTH` with `OK false`; `closed` answers the next `REQ`s
-//!   with `CLOSED`; `notice` follows the first challenge; `drop_connections_after` ends the
-//!   connection without a close frame; [`TestRelay::close_subscriptions`](crate::TestRelay::close_subscriptions)
-//!   ends the subscriptions that are live (the front keeps their ids for this) with `CLOSED`
-//!   to the client and `CLOSE` to the builder.
+//! * **Faults.** `refuse_auth` answers `AUTH` with `OK false`; `closed` and
+//!   `closed_subscription` answer the next `REQ`s (of any id, of one id) with `CLOSED`; `notice`
+//!   follows the first challenge; `after_auth` frames follow the `OK true` for the client's
+//!   `AUTH`; `drop_connections_after` ends the connection without a close frame.
+//! * **Actions** a test sends every connection at once ([`Action`]), acted on in the order they
+//!   were sent: [`TestRelay::close_subscriptions`](crate::TestRelay::close_subscriptions) and
+//!   [`TestRelay::close_subscription`](crate::TestRelay::close_subscription) end live
+//!   subscriptions (the front keeps their ids for this) with `CLOSED` to the client and
+//!   `CLOSE` to the builder; [`TestRelay::send_notice`](crate::TestRelay::send_notice) sends a
+//!   `NOTICE`.
+//! * **The record.** Every `REQ` the client sends is noted with the connection's number and
+//!   the time ([`TestRelay::requests`](crate::TestRelay::requests)).
 //!
 //! Every other frame (`EVENT`, `REQ`, `CLOSE`, `COUNT`, and everything the builder sends) passes
 //! through unchanged. Pings are answered by the websocket layer itself.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use futures::{SinkExt as _, StreamExt as _};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
-use nostr::{ClientMessage, Event, JsonUtil as _, Kind, RelayMessage, SubscriptionId};
+use nostr::{ClientMessage, Event, EventId, JsonUtil as _, Kind, RelayMessage, SubscriptionId};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
@@ -36,7 +43,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::link::{self, CHALLENGE_SUBSCRIPTION};
 use crate::nip98::same_url;
-use crate::state::Shared;
+use crate::state::{Action, Shared};
 
 /// A client's websocket, as hyper upgraded it.
 pub(crate) type ClientSocket = WebSocketStream<TokioIo<Upgraded>>;
@@ -57,15 +64,18 @@ pub(crate) async fn serve(
             return;
         }
     };
+    let connection = shared.next_connection();
     let faults = shared.faults.snapshot();
     let deadline = faults
         .drop_connections_after
         .map(|after| Instant::now() + after);
     let mut notice = faults.notice;
     let mut stopped = shared.stopped.clone();
-    let mut closing = shared.closing.subscribe();
-    // The client's subscriptions the builder serves now (for `close_subscriptions`).
+    let mut actions = shared.actions.subscribe();
+    // The client's subscriptions the builder serves now (for the `Close…` actions).
     let mut live: BTreeSet<SubscriptionId> = BTreeSet::new();
+    // The client's `AUTH` events the builder has not answered yet (for `after_auth`).
+    let mut auth_pending: HashSet<EventId> = HashSet::new();
 
     let (mut to_client, mut from_client) = client.split();
     let (mut to_builder, mut from_builder) = builder.split();
@@ -76,11 +86,12 @@ pub(crate) async fn serve(
         let (client_out, builder_out): (Vec<Message>, Vec<Message>) = tokio::select! {
             frame = from_client.next() => match frame {
                 Some(Ok(Message::Text(text))) => {
-                    match from_client_text(&shared, &relay_url, text.as_str()) {
-                        Step::Forward(change) => {
-                            match change {
-                                Some(Live::Opened(id)) => { live.insert(id); }
-                                Some(Live::Closed(id)) => { live.remove(&id); }
+                    match from_client_text(&shared, connection, &relay_url, text.as_str()) {
+                        Step::Forward(note) => {
+                            match note {
+                                Some(Note::Opened(id)) => { live.insert(id); }
+                                Some(Note::Closed(id)) => { live.remove(&id); }
+                                Some(Note::Auth(id)) => { auth_pending.insert(id); }
                                 None => {}
                             }
                             (Vec::new(), vec![Message::Text(text)])
@@ -105,6 +116,17 @@ pub(crate) async fn serve(
                             live.remove(subscription_id.as_ref());
                             (vec![Message::Text(text)], Vec::new())
                         }
+                        Ok(RelayMessage::Ok { event_id, status, .. })
+                            if auth_pending.remove(&event_id) =>
+                        {
+                            let mut out = vec![Message::Text(text)];
+                            let frames = if status { shared.faults.take_after_auth() } else { Vec::new() };
+                            if !frames.is_empty() {
+                                tracing::info!(%peer, frames = frames.len(), "fault: raw frames after AUTH");
+                                out.extend(frames.iter().map(|frame| Message::text(frame.text())));
+                            }
+                            (out, Vec::new())
+                        }
                         Ok(RelayMessage::Auth { .. }) => {
                             let mut out = vec![Message::Text(text)];
                             if let Some(notice) = notice.take() {
@@ -123,24 +145,27 @@ pub(crate) async fn serve(
                     break Ending::RelayLeft;
                 }
             },
-            reason = closing.recv() => match reason {
-                Ok(reason) => {
+            action = actions.recv() => match action {
+                Ok(Action::CloseAll(reason)) => {
                     tracing::info!(%peer, subscriptions = live.len(), "fault: CLOSED {reason:?}");
-                    std::mem::take(&mut live)
-                        .into_iter()
-                        .map(|id| {
-                            let to_client = RelayMessage::Closed {
-                                subscription_id: Cow::Owned(id.clone()),
-                                message: Cow::Owned(reason.clone()),
-                            };
-                            (
-                                Message::text(to_client.as_json()),
-                                Message::text(ClientMessage::close(id).as_json()),
-                            )
-                        })
-                        .unzip()
+                    close(std::mem::take(&mut live), &reason)
                 }
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Ok(Action::Close { subscription, reason }) => {
+                    let id = SubscriptionId::new(subscription);
+                    if !live.remove(&id) {
+                        continue;
+                    }
+                    tracing::info!(%peer, "fault: CLOSED {id} {reason:?}");
+                    close([id], &reason)
+                }
+                Ok(Action::Notice(text)) => {
+                    tracing::info!(%peer, "fault: NOTICE {text:?}");
+                    (vec![Message::text(RelayMessage::notice(text).as_json())], Vec::new())
+                }
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::warn!(%peer, missed, "missed actions: the test sent too many at once");
+                    continue;
+                }
                 Err(broadcast::error::RecvError::Closed) => break Ending::RelayLeft,
             },
             _ = stopped.changed() => break Ending::RelayLeft,
@@ -172,6 +197,25 @@ pub(crate) async fn serve(
     tracing::debug!(%peer, "websocket client gone: {ending:?}");
 }
 
+/// `CLOSED` with `reason` to the client and `CLOSE` to the builder, for each of `ids`.
+fn close(
+    ids: impl IntoIterator<Item = SubscriptionId>,
+    reason: &str,
+) -> (Vec<Message>, Vec<Message>) {
+    ids.into_iter()
+        .map(|id| {
+            let to_client = RelayMessage::Closed {
+                subscription_id: Cow::Owned(id.clone()),
+                message: Cow::Owned(reason.to_owned()),
+            };
+            (
+                Message::text(to_client.as_json()),
+                Message::text(ClientMessage::close(id).as_json()),
+            )
+        })
+        .unzip()
+}
+
 /// Why a client's connection ended.
 #[derive(Debug, Clone, Copy)]
 enum Ending {
@@ -185,38 +229,48 @@ enum Ending {
 
 /// What to do with a text frame from the client.
 enum Step {
-    /// Pass it to the builder as it is (and note the subscription it opens or closes).
-    Forward(Option<Live>),
+    /// Pass it to the builder as it is (and note what it changes).
+    Forward(Option<Note>),
     /// Answer the client with this message (JSON) instead.
     Answer(String),
 }
 
-/// A change to the client's live subscriptions.
-enum Live {
+/// What a frame passed to the builder changes for the front.
+enum Note {
+    /// A subscription the builder now serves.
     Opened(SubscriptionId),
+    /// One it no longer serves.
     Closed(SubscriptionId),
+    /// An `AUTH` answer, whose `OK` is still to come.
+    Auth(EventId),
 }
 
-fn from_client_text(shared: &Shared, relay_url: &str, text: &str) -> Step {
+fn from_client_text(shared: &Shared, connection: u64, relay_url: &str, text: &str) -> Step {
     match ClientMessage::from_json(text) {
-        Ok(ClientMessage::Auth(event)) => check_auth(shared, relay_url, &event),
+        Ok(ClientMessage::Auth(event)) => match check_auth(shared, relay_url, &event) {
+            Step::Forward(_) => Step::Forward(Some(Note::Auth(event.id))),
+            refused => refused,
+        },
         Ok(ClientMessage::Req {
             subscription_id, ..
-        }) => match shared.faults.take_closed() {
-            Some(reason) => {
-                tracing::info!("fault: CLOSED {subscription_id} {reason:?}");
-                Step::Answer(
-                    RelayMessage::Closed {
-                        subscription_id,
-                        message: Cow::Owned(reason),
-                    }
-                    .as_json(),
-                )
+        }) => {
+            shared.record_request(connection, subscription_id.as_str());
+            match shared.faults.take_closed(subscription_id.as_str()) {
+                Some(reason) => {
+                    tracing::info!("fault: CLOSED {subscription_id} {reason:?}");
+                    Step::Answer(
+                        RelayMessage::Closed {
+                            subscription_id,
+                            message: Cow::Owned(reason),
+                        }
+                        .as_json(),
+                    )
+                }
+                None => Step::Forward(Some(Note::Opened(subscription_id.into_owned()))),
             }
-            None => Step::Forward(Some(Live::Opened(subscription_id.into_owned()))),
-        },
+        }
         Ok(ClientMessage::Close(subscription_id)) => {
-            Step::Forward(Some(Live::Closed(subscription_id.into_owned())))
+            Step::Forward(Some(Note::Closed(subscription_id.into_owned())))
         }
         // The builder ends the whole connection on a frame it cannot parse; a relay answers
         // with a NOTICE and carries on.

@@ -108,6 +108,30 @@ impl WsClient {
         }
     }
 
+    /// The next frame as the websocket gives it (pings and pongs skipped): a text that need not
+    /// be a relay message, or the error that ended the connection. `None` once it is gone.
+    pub async fn next_frame(
+        &mut self,
+    ) -> Option<Result<Message, tokio_tungstenite::tungstenite::Error>> {
+        loop {
+            let frame = tokio::time::timeout(HANG_GUARD, self.socket.next())
+                .await
+                .expect("no hang");
+            match frame {
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                other => return other,
+            }
+        }
+    }
+
+    /// The next frame's text; panics on anything else.
+    pub async fn next_text(&mut self) -> String {
+        match self.next_frame().await {
+            Some(Ok(Message::Text(text))) => text.as_str().to_owned(),
+            other => panic!("expected a text frame, got {other:?}"),
+        }
+    }
+
     /// Sends a websocket ping and waits for its pong (skipping relay messages meanwhile).
     pub async fn ping(&mut self, payload: &'static [u8]) {
         self.socket
