@@ -9,6 +9,14 @@
 //! channel; [`Relay::poll`] only drains that channel, so the loop never waits on the network.
 //! Replies are signed with the agent's key and handed to a publisher task (`POST /events`).
 //!
+//! What the relay says about the connection is acted on as upstream does: `CLOSED` for a
+//! channel's membership drops that channel, `CLOSED rate-limited:` parks the subscription until
+//! the relay's "retry in N s" has passed, an auth reason reconnects, any other reason requests
+//! the subscription again; `NOTICE rate-limited:` holds every `REQ` for as long as it asks. A
+//! frame that is not a relay message is logged and skipped; one over the websocket limits
+//! ([`MAX_FRAME_BYTES`], [`MAX_MESSAGE_BYTES`]) breaks the connection, which is then opened
+//! again like any dropped one.
+//!
 //! Like upstream, the first subscription starts at the harness's start: a mention posted while
 //! the harness was stopped is not delivered (the loss upstream's #4903 describes). Like
 //! upstream, incoming events are parsed, not verified.
@@ -26,7 +34,9 @@ use nostr::{
     SingleLetterTag, SubscriptionId, Timestamp,
 };
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use crate::event_index::EventIndex;
 use crate::relay::{
@@ -59,12 +69,85 @@ pub const HISTORY_FETCH: usize = 500;
 pub const MAX_REPLY_DEPTH: usize = 10_000;
 /// Ids remembered for de-duplication (two generations of this size).
 pub const DEDUP_GENERATION: usize = 6_000;
+/// The largest websocket frame read from the relay: tokio-tungstenite's default. Upstream
+/// speaks websocket through tokio-tungstenite too, and no limit of its own is known, so the
+/// model keeps the library's. A larger frame breaks the connection.
+pub const MAX_FRAME_BYTES: usize = 16 << 20;
+/// The largest websocket message (all its frames) read from the relay: tokio-tungstenite's
+/// default, kept for the same reason as [`MAX_FRAME_BYTES`].
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+/// The shortest wait a `rate-limited:` message imposes: what a hint under
+/// [`RATE_LIMIT_SHORT_HINT_SECS`], or no hint, comes to.
+pub const RATE_LIMIT_FLOOR: Duration = Duration::from_secs(5);
+/// A "retry in N s" hint shorter than this is read as [`RATE_LIMIT_FLOOR`].
+pub const RATE_LIMIT_SHORT_HINT_SECS: f64 = 2.0;
+/// The longest wait a `rate-limited:` hint can impose (a model choice: no wait of the transport
+/// is longer than its reconnect ladder's 60 s).
+pub const RATE_LIMIT_CEILING: Duration = Duration::from_secs(60);
+/// The `CLOSED` reasons that end a channel's subscription for good (exact, as upstream).
+pub const CLOSED_FOR_GOOD: [&str; 2] = [
+    "restricted: not a channel member",
+    "restricted: channel access revoked",
+];
 
 /// Reconnect delays after a drop: 1 … 32 s, then 60 s flat.
 fn reconnect_delay(attempt: u32) -> Duration {
     match attempt {
         0..=5 => Duration::from_secs(1 << attempt),
         _ => Duration::from_secs(60),
+    }
+}
+
+/// How long a `rate-limited:` message (a `NOTICE` or a `CLOSED` reason) asks the client to
+/// wait: its "retry in N s" hint, [`RATE_LIMIT_FLOOR`] when the hint is under
+/// [`RATE_LIMIT_SHORT_HINT_SECS`] or missing, at most [`RATE_LIMIT_CEILING`].
+pub fn rate_limit_pause(message: &str) -> Duration {
+    const HINT: &str = "retry in";
+    // ASCII lowercasing keeps every byte where it was, so an index into it is one into `message`.
+    let lower = message.to_ascii_lowercase();
+    let hint = lower.find(HINT).and_then(|at| {
+        let number: String = lower[at + HINT.len()..]
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        number.parse::<f64>().ok().filter(|secs| secs.is_finite())
+    });
+    match hint {
+        Some(secs) if secs >= RATE_LIMIT_SHORT_HINT_SECS => {
+            Duration::from_secs_f64(secs.min(RATE_LIMIT_CEILING.as_secs_f64()))
+        }
+        _ => RATE_LIMIT_FLOOR,
+    }
+}
+
+/// One of the socket's subscriptions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Subscription {
+    /// `members`: the agent's membership changes.
+    Members,
+    /// `ch-<uuid>`: a channel's events.
+    Channel(ChannelId),
+}
+
+impl Subscription {
+    const MEMBERS: &str = "members";
+
+    /// The subscription a relay's subscription id names, if it is one of ours.
+    fn from_id(id: &str) -> Option<Self> {
+        if id == Self::MEMBERS {
+            return Some(Subscription::Members);
+        }
+        id.strip_prefix("ch-")
+            .and_then(|c| ChannelId::parse(c).ok())
+            .map(Subscription::Channel)
+    }
+
+    fn id(&self) -> String {
+        match self {
+            Subscription::Members => Self::MEMBERS.to_owned(),
+            Subscription::Channel(channel) => format!("ch-{channel}"),
+        }
     }
 }
 
@@ -171,6 +254,9 @@ impl NostrRelay {
             channels: Vec::new(),
             since: Timestamp::now(),
             last_seen: None,
+            quiet_until: None,
+            parked: Vec::new(),
+            backlog: VecDeque::new(),
         };
         let mut attempt = 0;
         let stream = loop {
@@ -382,6 +468,14 @@ struct Socket {
     since: Timestamp,
     /// The newest `created_at` delivered.
     last_seen: Option<Timestamp>,
+    /// Until when the relay asked for quiet (`NOTICE rate-limited: …`): every `REQ` until then
+    /// is held. It belongs to the connection: a new one starts without.
+    quiet_until: Option<Instant>,
+    /// Subscriptions waiting to be requested again, each with the moment it may be: parked by a
+    /// `CLOSED rate-limited: …`, or held by the quiet. A new connection requests them all anyway.
+    parked: Vec<(Subscription, Instant)>,
+    /// Frames read while an `AUTH` on the live connection waited for its `OK`, handled next.
+    backlog: VecDeque<String>,
 }
 
 impl Socket {
@@ -399,9 +493,22 @@ impl Socket {
         } else {
             None
         };
+        // Rate limits and parked subscriptions belong to the connection that was told of them:
+        // a new one requests every subscription at once.
+        self.quiet_until = None;
+        self.parked.clear();
+        self.backlog.clear();
+        let limits = WebSocketConfig::default()
+            .max_frame_size(Some(MAX_FRAME_BYTES))
+            .max_message_size(Some(MAX_MESSAGE_BYTES));
         let (mut stream, _) = tokio::time::timeout(
             CONNECT_TIMEOUT,
-            tokio_tungstenite::connect_async_tls_with_config(self.url.as_str(), None, false, tls),
+            tokio_tungstenite::connect_async_tls_with_config(
+                self.url.as_str(),
+                Some(limits),
+                false,
+                tls,
+            ),
         )
         .await
         .map_err(|_| {
@@ -419,7 +526,7 @@ impl Socket {
                     Message::Text(text) => match RelayMessage::from_json(text.as_str()) {
                         Ok(RelayMessage::Auth { challenge }) => return Ok(challenge.into_owned()),
                         Ok(other) => held.push_back(other.as_json()),
-                        Err(e) => tracing::warn!(error = %e, "unreadable frame from the relay"),
+                        Err(e) => unreadable(text.as_str(), &e),
                     },
                     Message::Close(_) => break,
                     _ => {}
@@ -437,7 +544,7 @@ impl Socket {
                 format!("no AUTH challenge in {} s", CHALLENGE_TIMEOUT.as_secs()),
             )
         })??;
-        self.authenticate(&mut stream, &challenge).await?;
+        held.extend(self.authenticate(&mut stream, &challenge).await?);
         self.discover().await?;
         self.subscribe(&mut stream).await?;
         for text in held {
@@ -446,7 +553,13 @@ impl Socket {
         Ok(stream)
     }
 
-    async fn authenticate(&self, stream: &mut Stream, challenge: &str) -> Result<(), RelayError> {
+    /// Answers `challenge` and waits for the relay's `OK`; the other frames read meanwhile, to
+    /// be handled after it (a `NOTICE` or an event is not lost to the wait).
+    async fn authenticate(
+        &self,
+        stream: &mut Stream,
+        challenge: &str,
+    ) -> Result<Vec<String>, RelayError> {
         let network = |reason: String| RelayError::Network {
             what: "authenticating".into(),
             reason,
@@ -459,6 +572,7 @@ impl Socket {
             .send(Message::text(ClientMessage::auth(auth).as_json()))
             .await
             .map_err(|e| network(e.to_string()))?;
+        let mut meanwhile = Vec::new();
         loop {
             let frame = tokio::time::timeout(CHALLENGE_TIMEOUT, stream.next())
                 .await
@@ -466,21 +580,25 @@ impl Socket {
             let Some(frame) = frame else {
                 return Err(network("the relay closed the connection".into()));
             };
-            if let Message::Text(text) = frame.map_err(|e| network(e.to_string()))?
-                && let Ok(RelayMessage::Ok {
+            let Message::Text(text) = frame.map_err(|e| network(e.to_string()))? else {
+                continue;
+            };
+            match RelayMessage::from_json(text.as_str()) {
+                Ok(RelayMessage::Ok {
                     event_id,
                     status,
                     message,
-                }) = RelayMessage::from_json(text.as_str())
-                && event_id == id
-            {
-                return if status {
-                    Ok(())
-                } else {
-                    Err(RelayError::AuthRefused {
-                        message: message.into_owned(),
-                    })
-                };
+                }) if event_id == id => {
+                    return if status {
+                        Ok(meanwhile)
+                    } else {
+                        Err(RelayError::AuthRefused {
+                            message: message.into_owned(),
+                        })
+                    };
+                }
+                Ok(_) => meanwhile.push(text.as_str().to_owned()),
+                Err(e) => unreadable(text.as_str(), &e),
             }
         }
     }
@@ -550,43 +668,96 @@ impl Socket {
         let _ = self.inbound.send(inbound).await;
     }
 
-    async fn subscribe(&self, stream: &mut Stream) -> Result<(), RelayError> {
-        let mut requests = vec![ClientMessage::req(
-            SubscriptionId::new("members"),
-            vec![
-                Filter::new()
-                    .kinds([
-                        Kind::Custom(KIND_ADD_MEMBER),
-                        Kind::Custom(crate::relay::KIND_REMOVE_MEMBER as u16),
-                    ])
-                    .pubkey(self.keys.public_key())
-                    .since(self.since),
-            ],
-        )];
-        for channel in &self.channels {
-            requests.push(self.channel_request(channel));
-        }
-        for request in requests {
-            stream
-                .send(Message::text(request.as_json()))
-                .await
-                .map_err(|e| RelayError::Network {
-                    what: "subscribing".into(),
-                    reason: e.to_string(),
-                })?;
+    /// Requests the membership subscription and every channel's.
+    async fn subscribe(&mut self, stream: &mut Stream) -> Result<(), RelayError> {
+        let mut all = vec![Subscription::Members];
+        all.extend(self.channels.iter().cloned().map(Subscription::Channel));
+        for subscription in all {
+            self.request(stream, subscription).await?;
         }
         Ok(())
     }
 
-    fn channel_request(&self, channel: &ChannelId) -> ClientMessage<'static> {
+    /// The `REQ` for `subscription`, from [`Socket::since`].
+    fn request_message(&self, subscription: &Subscription) -> ClientMessage<'static> {
+        let filter = match subscription {
+            Subscription::Members => Filter::new()
+                .kinds([
+                    Kind::Custom(KIND_ADD_MEMBER),
+                    Kind::Custom(crate::relay::KIND_REMOVE_MEMBER as u16),
+                ])
+                .pubkey(self.keys.public_key()),
+            Subscription::Channel(channel) => Filter::new().custom_tag(tag_h(), channel.as_str()),
+        };
         ClientMessage::req(
-            SubscriptionId::new(format!("ch-{channel}")),
-            vec![
-                Filter::new()
-                    .custom_tag(tag_h(), channel.as_str())
-                    .since(self.since),
-            ],
+            SubscriptionId::new(subscription.id()),
+            vec![filter.since(self.since)],
         )
+    }
+
+    /// Requests `subscription` now, or, while the relay has asked for quiet, parks it until
+    /// the quiet ends.
+    async fn request(
+        &mut self,
+        stream: &mut Stream,
+        subscription: Subscription,
+    ) -> Result<(), RelayError> {
+        if let Some(until) = self.quiet_until.filter(|until| *until > Instant::now()) {
+            tracing::info!(
+                subscription = %subscription.id(),
+                wait_s = until.saturating_duration_since(Instant::now()).as_secs_f64(),
+                "holding a subscription until the relay's rate limit is over"
+            );
+            self.park(subscription, until);
+            return Ok(());
+        }
+        stream
+            .send(Message::text(self.request_message(&subscription).as_json()))
+            .await
+            .map_err(|e| RelayError::Network {
+                what: "subscribing".into(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Holds `subscription` back until `until` (the later moment, if it is held already).
+    fn park(&mut self, subscription: Subscription, until: Instant) {
+        match self.parked.iter_mut().find(|(s, _)| *s == subscription) {
+            Some((_, at)) => *at = (*at).max(until),
+            None => self.parked.push((subscription, until)),
+        }
+    }
+
+    /// When the next parked subscription may be requested again (never before the quiet ends).
+    fn next_release(&self) -> Option<Instant> {
+        let earliest = self.parked.iter().map(|(_, at)| *at).min()?;
+        Some(
+            self.quiet_until
+                .map_or(earliest, |quiet| quiet.max(earliest)),
+        )
+    }
+
+    /// Requests again every parked subscription whose wait is over; a channel dropped since
+    /// it was parked is not.
+    async fn release_parked(&mut self, stream: &mut Stream) -> Result<(), RelayError> {
+        let now = Instant::now();
+        if self.quiet_until.is_some_and(|quiet| quiet > now) {
+            return Ok(());
+        }
+        let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|(_, at)| *at <= now);
+        self.parked = waiting;
+        for (subscription, _) in due {
+            if let Subscription::Channel(channel) = &subscription
+                && !self.channels.contains(channel)
+            {
+                continue;
+            }
+            tracing::info!(subscription = %subscription.id(), "the relay's rate limit is over; subscribing again");
+            self.request(stream, subscription).await?;
+        }
+        Ok(())
     }
 
     /// One relay message on a live connection.
@@ -594,7 +765,7 @@ impl Socket {
         let message = match RelayMessage::from_json(text) {
             Ok(message) => message,
             Err(e) => {
-                tracing::warn!(error = %e, "unreadable frame from the relay");
+                unreadable(text, &e);
                 return Ok(());
             }
         };
@@ -620,13 +791,7 @@ impl Socket {
                         && !self.channels.contains(&channel)
                     {
                         self.add_channel(channel.clone()).await?;
-                        stream
-                            .send(Message::text(self.channel_request(&channel).as_json()))
-                            .await
-                            .map_err(|e| RelayError::Network {
-                                what: "subscribing".into(),
-                                reason: e.to_string(),
-                            })?;
+                        self.request(stream, Subscription::Channel(channel)).await?;
                     }
                     return Ok(());
                 }
@@ -640,39 +805,47 @@ impl Socket {
                     });
                 }
             }
-            RelayMessage::Auth { challenge } => self.authenticate(stream, &challenge).await?,
+            RelayMessage::Auth { challenge } => {
+                let meanwhile = self.authenticate(stream, &challenge).await?;
+                self.backlog.extend(meanwhile);
+            }
             RelayMessage::Closed {
                 subscription_id,
                 message,
             } => {
-                let channel = subscription_id
-                    .as_str()
-                    .strip_prefix("ch-")
-                    .and_then(|c| ChannelId::parse(c).ok());
-                if message.starts_with("restricted: not a channel member")
-                    || message.starts_with("restricted: channel access revoked")
-                {
-                    tracing::warn!(subscription = %subscription_id, %message, "the relay closed a channel's subscription for good");
-                    if let Some(channel) = channel {
+                let subscription = Subscription::from_id(subscription_id.as_str());
+                if CLOSED_FOR_GOOD.contains(&message.as_ref()) {
+                    tracing::warn!(subscription = %subscription_id, reason = %message, "the relay closed a channel's subscription for good; the channel is dropped");
+                    if let Some(Subscription::Channel(channel)) = subscription {
                         self.channels.retain(|c| *c != channel);
+                        self.parked
+                            .retain(|(s, _)| *s != Subscription::Channel(channel.clone()));
+                    }
+                } else if message.starts_with("rate-limited:") {
+                    let pause = rate_limit_pause(&message);
+                    tracing::warn!(subscription = %subscription_id, reason = %message, retry_in_s = pause.as_secs_f64(), "the relay rate-limited a subscription; parked until then");
+                    if let Some(subscription) = subscription {
+                        self.park(subscription, Instant::now() + pause);
                     }
                 } else if message.contains("auth") {
                     return Err(RelayError::Network {
                         what: "the subscription".into(),
                         reason: format!("closed: {message}"),
                     });
-                } else if let Some(channel) = channel {
-                    tracing::warn!(subscription = %subscription_id, %message, "the relay closed a subscription; subscribing again");
-                    stream
-                        .send(Message::text(self.channel_request(&channel).as_json()))
-                        .await
-                        .map_err(|e| RelayError::Network {
-                            what: "subscribing".into(),
-                            reason: e.to_string(),
-                        })?;
+                } else if let Some(subscription) = subscription {
+                    tracing::warn!(subscription = %subscription_id, reason = %message, "the relay closed a subscription; subscribing again");
+                    self.request(stream, subscription).await?;
+                } else {
+                    tracing::warn!(subscription = %subscription_id, reason = %message, "the relay closed a subscription that is not the agent's; ignored");
                 }
             }
-            RelayMessage::Notice(message) => tracing::warn!(%message, "the relay says"),
+            RelayMessage::Notice(message) if message.starts_with("rate-limited:") => {
+                let pause = rate_limit_pause(&message);
+                let until = Instant::now() + pause;
+                self.quiet_until = Some(self.quiet_until.map_or(until, |quiet| quiet.max(until)));
+                tracing::warn!(notice = %message, quiet_s = pause.as_secs_f64(), "the relay asks the client to slow down; holding subscriptions until then");
+            }
+            RelayMessage::Notice(message) => tracing::warn!(notice = %message, "the relay says"),
             RelayMessage::Ok {
                 status: false,
                 message,
@@ -724,6 +897,12 @@ impl Socket {
         ping.tick().await;
         let mut awaiting_pong: Option<tokio::time::Instant> = None;
         loop {
+            while let Some(text) = self.backlog.pop_front() {
+                if let Err(e) = self.handle(stream, &text).await {
+                    return e.to_string();
+                }
+            }
+            let release = self.next_release();
             let pong_deadline = async {
                 match awaiting_pong {
                     Some(at) => tokio::time::sleep_until(at + PONG_TIMEOUT).await,
@@ -739,7 +918,14 @@ impl Socket {
                     }
                     Some(Ok(Message::Pong(_))) => awaiting_pong = None,
                     Some(Ok(Message::Close(frame))) => return format!("the relay closed the connection ({frame:?})"),
+                    Some(Ok(Message::Binary(bytes))) => {
+                        tracing::warn!(bytes = bytes.len(), "a binary frame from the relay (Nostr speaks text); skipped");
+                    }
                     Some(Ok(_)) => {}
+                    Some(Err(tokio_tungstenite::tungstenite::Error::Capacity(e))) => {
+                        tracing::warn!(error = %e, max_frame_bytes = MAX_FRAME_BYTES, max_message_bytes = MAX_MESSAGE_BYTES, "the relay sent a frame over the websocket limits; the connection is treated as broken");
+                        return format!("a frame over the limits: {e}");
+                    }
                     Some(Err(e)) => return e.to_string(),
                     None => return "the connection ended".into(),
                 },
@@ -750,7 +936,64 @@ impl Socket {
                     awaiting_pong.get_or_insert_with(tokio::time::Instant::now);
                 }
                 _ = pong_deadline => return format!("no pong in {} s", PONG_TIMEOUT.as_secs()),
+                () = sleep_until(release) => {
+                    if let Err(e) = self.release_parked(stream).await {
+                        return e.to_string();
+                    }
+                }
             }
         }
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Logs a frame that is not a relay message (its start only: a frame can be megabytes) and
+/// skips it; the connection carries on.
+fn unreadable(text: &str, error: &dyn std::fmt::Display) {
+    let start: String = text.chars().take(120).collect();
+    tracing::warn!(%error, bytes = text.len(), frame = %start, "a frame from the relay is not a relay message; skipped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_limit_waits_as_its_hint_says_within_the_floor_and_the_ceiling() {
+        let secs = |message: &str| rate_limit_pause(message).as_secs_f64();
+        assert_eq!(secs("rate-limited: slow down; retry in 30 s"), 30.0);
+        assert_eq!(secs("rate-limited: quota exceeded; retry in 3s"), 3.0);
+        assert_eq!(secs("rate-limited: Retry in 2.5 seconds"), 2.5);
+        // Under 2 s, or no hint, or one that is no number: the floor.
+        assert_eq!(secs("rate-limited: retry in 1 s"), 5.0);
+        assert_eq!(secs("rate-limited: retry in 0s"), 5.0);
+        assert_eq!(secs("rate-limited: slow down"), 5.0);
+        assert_eq!(secs("rate-limited: retry in a while"), 5.0);
+        // A hint past the ceiling, however large, is the ceiling.
+        assert_eq!(secs("rate-limited: retry in 3600 s"), 60.0);
+        assert_eq!(
+            secs(&format!("rate-limited: retry in {}0 s", u64::MAX)),
+            60.0
+        );
+    }
+
+    #[test]
+    fn subscription_ids_are_ours_or_not() {
+        let channel = ChannelId::parse("0b8e2d4c-1f3a-4c5e-9d7b-2a6f8e1c3b5d").expect("uuid");
+        for subscription in [Subscription::Members, Subscription::Channel(channel)] {
+            assert_eq!(
+                Subscription::from_id(&subscription.id()),
+                Some(subscription)
+            );
+        }
+        assert_eq!(Subscription::from_id("ch-not-a-uuid"), None);
+        assert_eq!(Subscription::from_id("someone-elses"), None);
     }
 }

@@ -7,15 +7,26 @@ mod common;
 
 use std::time::Duration;
 
+use buzz_acp::nostr_relay::MAX_FRAME_BYTES;
 use buzz_acp::relay::Event;
 use buzz_acp::rest::RestClient;
 use buzz_acp::testing::{ChatMessage, Scenario, agent_messages, answer_among, post_chat};
-use buzz_test_relay::{ClosedFault, Faults, RelayConfig, RestFailure, RestFailureKind, TestRelay};
+use buzz_test_relay::{
+    ClosedFault, ClosedSubscriptionFault, Faults, RawFrame, ReceivedRequest, RelayConfig,
+    RestFailure, RestFailureKind, TestRelay,
+};
 use common::*;
 use nostr::{Filter, Keys, Timestamp};
 use tempfile::TempDir;
 
 const CHANNEL: &str = "0b8e2d4c-1f3a-4c5e-9d7b-2a6f8e1c3b5d";
+/// A second channel of the agent's, for the tests that tell "dropped" from "slow".
+const OTHER_CHANNEL: &str = "7c1d9e2f-3a4b-4c5d-8e6f-9a0b1c2d3e4f";
+
+/// The harness's subscription id for `channel`.
+fn subscription(channel: &str) -> String {
+    format!("ch-{channel}")
+}
 
 /// A relay, the people on it, and a scenario for the agent's files.
 struct World {
@@ -67,9 +78,21 @@ impl World {
         thread: Option<(&nostr::Event, &nostr::Event)>,
         at: Timestamp,
     ) -> nostr::Event {
+        self.said_in(CHANNEL, author, text, thread, at).await
+    }
+
+    /// As [`World::said`], in `channel`.
+    async fn said_in(
+        &self,
+        channel: &str,
+        author: &Keys,
+        text: &str,
+        thread: Option<(&nostr::Event, &nostr::Event)>,
+        at: Timestamp,
+    ) -> nostr::Event {
         let ids = thread.map(|(root, parent)| (root.id.to_hex(), parent.id.to_hex()));
         let message = ChatMessage {
-            channel: CHANNEL,
+            channel,
             mention: Some(self.agent.public_key()),
             text,
             thread: ids.as_ref().map(|(r, p)| (r.as_str(), p.as_str())),
@@ -78,6 +101,44 @@ impl World {
         post_chat(&self.relay.ws_url(), author, message)
             .await
             .expect("posted")
+    }
+
+    /// The agent also belongs to `#random` ([`OTHER_CHANNEL`]).
+    async fn add_other_channel(&self) {
+        self.relay
+            .add_channel(
+                OTHER_CHANNEL,
+                "random",
+                "stream",
+                &[self.agent.public_key()],
+            )
+            .await
+            .expect("the agent's second channel");
+    }
+
+    /// The `REQ`s the relay received for `subscription`, in order.
+    fn requests_for(&self, subscription: &str) -> Vec<ReceivedRequest> {
+        self.relay
+            .requests()
+            .into_iter()
+            .filter(|r| r.subscription_id == subscription)
+            .collect()
+    }
+
+    /// Waits until the relay has received `n` `REQ`s for `subscription`; them.
+    async fn wait_for_requests(&self, subscription: &str, n: usize) -> Vec<ReceivedRequest> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let seen = self.requests_for(subscription);
+            if seen.len() >= n {
+                return seen;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{n} REQs for {subscription}, got {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Every chat event the agent wrote, as the relay returns them (signatures checked).
@@ -155,6 +216,13 @@ impl World {
 }
 
 struct Stop(std::process::Child);
+
+impl Stop {
+    /// Whether the harness is still running (it has not exited, crashed or given up).
+    fn is_running(&mut self) -> bool {
+        self.0.try_wait().expect("the harness's status").is_none()
+    }
+}
 
 impl Drop for Stop {
     fn drop(&mut self) {
@@ -398,17 +466,19 @@ async fn a_subscription_closed_for_auth_makes_the_harness_reconnect() {
     w.answer_to(&root).await;
 }
 
-/// A `NOTICE` right after the challenge is logged and changes nothing.
+/// A `NOTICE` right after the challenge that is not about rate limits is logged and changes
+/// nothing: the mention is answered on the first connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notice_changes_nothing() {
     let w = World::start(Faults {
-        notice: Some("rate-limited: slow down".into()),
+        notice: Some("info: maintenance at midnight".into()),
         ..Faults::default()
     })
     .await;
     let _h = w.harness(&[]).await;
     let root = w.say(&w.owner, "hello", None).await;
     w.answer_to(&root).await;
+    assert_eq!(w.relay.connections(), 1);
 }
 
 /// Nothing listens at the relay's address: the harness tries six times (after 1, 2, 4, 8 and
@@ -447,4 +517,237 @@ fn a_refused_auth_stops_the_harness_with_the_reason() {
         w.log()
     );
     drop(runtime);
+}
+
+/// Frames that are no relay message (not JSON; JSON of no message; an `EVENT` without an
+/// event) right after AUTH: each is skipped, the connection stays, and the mention after them
+/// is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_that_are_no_relay_message_are_skipped_on_the_same_connection() {
+    let w = World::start(Faults {
+        after_auth: [
+            "this is not json",
+            r#"["NOPE",1]"#,
+            r#"{"kind":9}"#,
+            r#"["EVENT","ch-x",{"id":"broken"}]"#,
+        ]
+        .map(|text| RawFrame::Text(text.into()))
+        .to_vec(),
+        ..Faults::default()
+    })
+    .await;
+    let mut h = w.harness(&[]).await;
+    // On the wire the mention's event comes after the bad frames, so answering it means they
+    // were read; a connection they broke would have been replaced before the answer.
+    let root = w.say(&w.owner, "still reading?", None).await;
+    w.answer_to(&root).await;
+    assert!(h.is_running());
+    assert_eq!(w.relay.connections(), 1);
+    assert_eq!(w.requests_for(&subscription(CHANNEL)).len(), 1);
+}
+
+/// A frame one byte over the websocket frame limit (tungstenite's default, 16 MiB, which
+/// upstream keeps) right after AUTH: the connection is treated as broken, the harness connects
+/// again and resubscribes with its `since` overlap. The mention, posted while it is between
+/// connections and dated three seconds back (a sender's clock a little behind), reaches it only
+/// through that overlap, and is answered exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_frame_breaks_the_connection_and_a_mention_around_it_is_answered_once() {
+    let w = World::start(Faults {
+        after_auth: vec![RawFrame::PaddedNotice {
+            bytes: MAX_FRAME_BYTES + 1,
+        }],
+        ..Faults::default()
+    })
+    .await;
+    let mut h = w.harness(&[]).await;
+    // The first connection delivers no event: the oversized frame precedes every one on it.
+    let three_seconds_ago = Timestamp::from(Timestamp::now().as_secs() - 3);
+    let root = w
+        .said(&w.owner, "around the big frame", None, three_seconds_ago)
+        .await;
+    w.answer_to(&root).await;
+    assert!(h.is_running());
+    assert_eq!(w.relay.connections(), 2, "one more connection");
+    let last = w.requests_for(&subscription(CHANNEL)).pop();
+    assert_eq!(
+        last.map(|r| r.connection),
+        Some(2),
+        "subscribed again on the second"
+    );
+    let answers = w.agent_events().await;
+    assert_eq!(answers.len(), 1, "answered once: {answers:?}");
+    let texts = prompts(&wire(&w.s));
+    assert_eq!(texts.len(), 1, "one turn: {texts:?}");
+    assert!(texts[0].contains("around the big frame"), "{}", texts[0]);
+}
+
+/// What the two membership tests share: the agent in two channels; `CHANNEL`'s subscription
+/// is closed with `reason` (by `closed_on_req` when the relay answers its first `REQ`, else
+/// while it is live). The channel is dropped: the harness does not request it again, while it
+/// does request the other one again after a `CLOSED` for another reason (sent after, so read
+/// after: when that `REQ` has arrived, a second `REQ` for the dropped channel would have come
+/// before it on the same socket). The other channel is still answered; one connection.
+async fn a_closed_channel_is_dropped(reason: &str, closed_on_req: bool) {
+    let faults = if closed_on_req {
+        Faults {
+            closed_subscription: Some(ClosedSubscriptionFault {
+                subscription: subscription(CHANNEL),
+                reason: reason.into(),
+                count: 1,
+            }),
+            ..Faults::default()
+        }
+    } else {
+        Faults::default()
+    };
+    let w = World::start(faults).await;
+    w.add_other_channel().await;
+    let mut h = w.harness(&[]).await;
+    // Both `REQ`s were read (so the `CLOSED` for the first is already on its way).
+    w.wait_for_requests(&subscription(CHANNEL), 1).await;
+    w.wait_for_requests(&subscription(OTHER_CHANNEL), 1).await;
+    if !closed_on_req {
+        assert_eq!(
+            w.relay.close_subscription(&subscription(CHANNEL), reason),
+            1
+        );
+    }
+    w.relay.close_subscription(
+        &subscription(OTHER_CHANNEL),
+        "error: shutting down idle subscriptions",
+    );
+    w.wait_for_requests(&subscription(OTHER_CHANNEL), 2).await;
+    assert_eq!(
+        w.requests_for(&subscription(CHANNEL)).len(),
+        1,
+        "the dropped channel was requested again"
+    );
+
+    let there = w
+        .said_in(
+            OTHER_CHANNEL,
+            &w.owner,
+            "still here?",
+            None,
+            Timestamp::now(),
+        )
+        .await;
+    w.answer_to(&there).await;
+    assert!(h.is_running());
+    assert_eq!(w.relay.connections(), 1, "the socket stays");
+    assert_eq!(w.requests_for("members").len(), 1);
+}
+
+/// `CLOSED restricted: not a channel member` for one of two channels, on its first `REQ`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_the_agent_is_no_member_of_is_dropped_and_the_other_still_answered() {
+    a_closed_channel_is_dropped("restricted: not a channel member", true).await;
+}
+
+/// `CLOSED restricted: channel access revoked` for one of two live channel subscriptions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_whose_access_is_revoked_is_dropped_and_the_other_still_answered() {
+    a_closed_channel_is_dropped("restricted: channel access revoked", false).await;
+}
+
+/// `CLOSED rate-limited: … retry in 1 s` on a channel's first `REQ`: the subscription is
+/// parked, not requested at once: again no sooner than 5 s later (a hint under 2 s counts as
+/// 5 s), on the same connection, from the connection's `since`, so the mention posted while it
+/// was parked is answered once. The other channel is not parked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_subscription_is_parked_then_requested_again_and_loses_nothing() {
+    let w = World::start(Faults {
+        closed_subscription: Some(ClosedSubscriptionFault {
+            subscription: subscription(CHANNEL),
+            reason: "rate-limited: too many subscriptions; retry in 1 s".into(),
+            count: 1,
+        }),
+        ..Faults::default()
+    })
+    .await;
+    w.add_other_channel().await;
+    let mut h = w.harness(&[]).await;
+    w.wait_for_requests(&subscription(CHANNEL), 1).await;
+    let parked = w.say(&w.owner, "posted while parked", None).await;
+    let there = w
+        .said_in(OTHER_CHANNEL, &w.owner, "and here", None, Timestamp::now())
+        .await;
+    w.answer_to(&there).await;
+    w.answer_to(&parked).await;
+    let requests = w.requests_for(&subscription(CHANNEL));
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    // A lower bound only: the park starts after the relay read the first REQ, and a timer
+    // never fires early.
+    let waited = requests[1].at - requests[0].at;
+    assert!(waited >= Duration::from_secs(5), "parked {waited:?}");
+    assert_eq!(
+        requests.iter().map(|r| r.connection).collect::<Vec<_>>(),
+        [1, 1]
+    );
+    assert_eq!(w.requests_for(&subscription(OTHER_CHANNEL)).len(), 1);
+    assert_eq!(
+        w.agent_events().await.len(),
+        2,
+        "each mention answered once"
+    );
+    assert!(h.is_running());
+}
+
+/// `NOTICE rate-limited: … retry in 1 s` on a live connection, then a `CLOSED` for another
+/// reason: the harness holds the resubscription until the pause is over (at least 5 s: a hint
+/// under 2 s counts as 5 s), then sends it on the same connection; the mention posted
+/// meanwhile is answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_notice_holds_the_next_subscription_for_its_pause() {
+    let w = World::start(Faults::default()).await;
+    let h = w.harness(&[]).await;
+    w.wait_for_requests(&subscription(CHANNEL), 1).await;
+    let asked = tokio::time::Instant::now();
+    // One queue of actions per connection: the NOTICE is read before the CLOSED.
+    assert_eq!(
+        w.relay.send_notice("rate-limited: slow down; retry in 1 s"),
+        1
+    );
+    held_for_the_pause(&w, h, asked).await;
+}
+
+/// The same `NOTICE` right after the AUTH challenge, while the harness waits for the relay's
+/// `OK`: it is not lost to the wait but handled after it, so the resubscription after a later
+/// `CLOSED` is held for the pause as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_notice_during_the_handshake_is_not_lost() {
+    let w = World::start(Faults {
+        notice: Some("rate-limited: slow down; retry in 1 s".into()),
+        ..Faults::default()
+    })
+    .await;
+    // Before the relay sends the NOTICE.
+    let asked = tokio::time::Instant::now();
+    let h = w.harness(&[]).await;
+    w.wait_for_requests(&subscription(CHANNEL), 1).await;
+    held_for_the_pause(&w, h, asked).await;
+}
+
+/// The relay closes the channel's subscription for a reason that asks for a resubscription;
+/// that `REQ` arrives at least 5 s after `asked` (a lower bound only: the pause starts after
+/// it, and a timer never fires early), on the same connection, and a mention posted meanwhile
+/// is answered once.
+async fn held_for_the_pause(w: &World, mut h: Stop, asked: tokio::time::Instant) {
+    assert_eq!(
+        w.relay.close_subscription(
+            &subscription(CHANNEL),
+            "error: shutting down idle subscriptions"
+        ),
+        1
+    );
+    let root = w.say(&w.owner, "during the pause", None).await;
+    w.answer_to(&root).await;
+    let requests = w.wait_for_requests(&subscription(CHANNEL), 2).await;
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    let held = requests[1].at - asked;
+    assert!(held >= Duration::from_secs(5), "held {held:?}");
+    assert_eq!(requests[1].connection, 1);
+    assert_eq!(w.agent_events().await.len(), 1, "answered once");
+    assert!(h.is_running());
 }
