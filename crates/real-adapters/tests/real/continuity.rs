@@ -1,5 +1,9 @@
 //! Continuity across session changes with real adapters (patches `continuity-handoff` and
-//! `model-switch-in-place`), on the patched harness.
+//! `model-switch-in-place`), on the patched harness, over the test relay ([`crate::relay_rig`]):
+//! the owner posts, the harness answers as the agent, and everything is read back from the relay.
+//! Where a scenario needs a restart, each message is answered by a run of its own
+//! ([`Rig::one_turn`]: start, post, wait for the answer, stop), and the replies that bury the
+//! fact are posted while the harness is stopped (history it reads at its next start).
 //!
 //! Each scenario builds the thread the continuity guards use: a root, a reply that tells the
 //! agent a fact, then [`BURY`] replies that do not mention the agent, so the fact is older than
@@ -10,26 +14,25 @@
 //! - the wire (the harness's observer log, [`real_adapters::wire`]): which requests went to
 //!   which session and what the agent answered;
 //! - what the model received: the fake LLM's tag in the answer and its request log;
-//! - the thread: the answer, and the notices the harness posted about the question.
+//! - the thread on the relay: the answer, and the notices the harness posted about the question
+//!   (agent messages that quote it), counted once everything the harness published is there
+//!   ([`RelaySide::all_published`]).
 //!
 //! | Scenario | Adapters | Proves |
 //! |---|---|---|
 //! | `*_lost_transcript_gets_the_whole_thread` | all three | the stored session was asked for and refused; exactly one new session, whose prompt carries the whole thread; the fact reaches the model; one notice |
-//! | `*_turn_limit_rotates_with_a_handoff_across_a_restart` | all three | `--max-turns-per-session 2` with one turn per `--once` run: the session restored for its second turn is retired, and the next run asks it (not a new session) for the handoff, once; a new session gets that handoff in its first prompt; the fact reaches the model through it; the handoff is never published; one notice |
+//! | `*_turn_limit_rotates_with_a_handoff_across_a_restart` | all three | `--max-turns-per-session 2` with one turn per run of the harness: the session restored for its second turn is retired, and the next run asks it (not a new session) for the handoff, once; a new session gets that handoff in its first prompt; the fact reaches the model through it; the handoff is never published; one notice |
 //! | `*_switches_model_in_place` | all three (each offers a `model` select) | `!model X` on a running harness: `session/set_config_option` `model` = X on the live session, answered with a result; the question goes to the same session (no new, load or resume); the model requests name X; the model still has the fact, which the prompt did not repeat |
 //! | `*_unoffered_model_switch_keeps_the_session` | opencode (a name without its provider), claude-agent-acp (a name sharing no word with its options); codex-acp takes any name in place, so it has no such case | the agent answers the switch with an error and does not list the model: the session goes on (no new session, no handoff), the fact reaches the model; one notice that the model is not offered. No adapter refuses a model it lists, so rotation after a refused switch is proven on the test agent only (`--model-fixed-after-prompt`, tests/e2e/continuity_matrix.rs) |
 //! | `*_context_overflow_is_answered` | all three | the thread outgrows the model's window (set on the fake LLM): the question is answered with the fact; the old session gets it once, never again; a session the agent gave up on is replaced by one with the whole thread within the budget and one notice, a session the agent compacted on its own goes on without one |
 
-use std::time::Duration;
-
 use buzz_acp::relay::Event;
-use buzz_acp::testing::OWNER;
 use fake_llm::RequestKind;
 use real_adapters::Adapter;
 use real_adapters::binaries::patched_harness;
-use real_adapters::wire::Wire;
 
-use crate::rig::{LOST_SESSION_BOUND, ONCE, REPLY, Result, Rig, fact_for, fail};
+use crate::relay_rig::{LiveHarness, RelaySide};
+use crate::rig::{LOST_SESSION_BOUND, REPLY, Result, Rig, fact_for, fail, last_prompted_session};
 
 /// Replies after the fact: more than upstream's default window of 12.
 const BURY: usize = 14;
@@ -47,29 +50,27 @@ struct Buried {
     last: Event,
 }
 
-/// Posts the root and the fact, each answered by one `--once` run of the patched harness with
-/// `flags`, then buries the fact under [`BURY`] replies.
-fn tell_and_bury(rig: &mut Rig, flags: &[&str], fact: &str) -> Result<Buried> {
+/// Posts the root and the fact, each answered by a run of its own of the patched harness with
+/// `flags` ([`Rig::one_turn`]), then, with the harness stopped, buries the fact under [`BURY`]
+/// replies (history the next run reads when it starts).
+fn tell_and_bury(rig: &Rig, side: &RelaySide, flags: &[&str], fact: &str) -> Result<Buried> {
     let harness = patched_harness()?;
-    let root = rig.post_top("We are planning the storage migration.")?;
-    rig.run_once(&harness, flags, ONCE)?;
-    let (r0, _) = rig.reply_to(&root, REPLY)?;
-    let told = rig.post_reply(&root, &r0, &format!("Remember the code word {fact}."))?;
-    rig.run_once(&harness, flags, ONCE)?;
-    let (r1, seen) = rig.reply_to(&told, REPLY)?;
-    if !seen.nonces.contains(fact) {
-        return Err(fail(format!("the model never received {fact}: {seen:?}")));
+    let opening = "We are planning the storage migration.";
+    let root = rig.one_turn(side, &harness, flags, opening, None, REPLY)?;
+    let text = format!("Remember the code word {fact}.");
+    let thread = Some((&root.asked, &root.answer));
+    let told = rig.one_turn(side, &harness, flags, &text, thread, REPLY)?;
+    if !told.seen.nonces.contains(fact) {
+        return Err(fail(format!(
+            "the model never received {fact}: {:?}",
+            told.seen
+        )));
     }
-    let last = rig.post_chatter(&root, r1, BURY)?;
-    Ok(Buried { root, last })
-}
-
-/// The session the last `session/prompt` so far went to.
-fn last_prompted_session(wire: &Wire) -> Result<String> {
-    wire.prompts()
-        .last()
-        .map(|(_, session, _)| session.clone())
-        .ok_or_else(|| fail("no session/prompt on the wire"))
+    let last = side.chatter(&root.asked, told.answer, BURY)?;
+    Ok(Buried {
+        root: root.asked,
+        last,
+    })
 }
 
 /// Turn requests (the adapter's own conversation calls, not its titles or summaries) the fake
@@ -90,17 +91,18 @@ const OPENINGS: [&str; 3] = ["session/new", "session/load", "session/resume"];
 pub fn lost_transcript_gets_the_whole_thread(adapter: Adapter) -> Result<()> {
     let harness = patched_harness()?;
     let fact = fact_for(adapter, 5);
-    let mut rig = Rig::new(adapter)?;
-    let t = tell_and_bury(&mut rig, &[], &fact)?;
+    let rig = Rig::new(adapter)?;
+    let side = RelaySide::start()?;
+    let t = tell_and_bury(&rig, &side, &[], &fact)?;
     let stored = last_prompted_session(&rig.wire()?)?;
     let removed = rig.agent.lose_all_sessions()?;
     assert!(removed > 0, "{adapter}: no session storage found to delete");
-    let question = rig.post_reply(&t.root, &t.last, QUESTION)?;
     let mark = rig.wire()?.len();
     let calls = rig.llm.requests()?.len();
-    rig.run_once(&harness, &[], LOST_SESSION_BOUND)?;
+    let thread = Some((&t.root, &t.last));
+    let asked = rig.one_turn(&side, &harness, &[], QUESTION, thread, LOST_SESSION_BOUND)?;
+    let (question, seen) = (asked.asked, asked.seen);
 
-    let (_, seen) = rig.reply_to(&question, Duration::ZERO)?;
     let wire = rig.wire()?.since(mark);
     let reopened: Vec<_> = ["session/load", "session/resume"]
         .iter()
@@ -141,13 +143,12 @@ pub fn lost_transcript_gets_the_whole_thread(adapter: Adapter) -> Result<()> {
         turns.iter().any(|r| r.nonces.contains(&fact)),
         "{adapter}: the fake LLM's log shows no turn request with {fact}"
     );
-    let notices = rig.notices_about(&question);
+    let notices = side.notices_about(&question)?;
     assert_eq!(
         notices.len(),
         1,
         "{adapter}: the thread is told once: {notices:?}"
     );
-    rig.assert_no_agent_left()?;
     eprintln!(
         "{adapter}: lost transcript: {}; requests to the agent: {:?}; notice: {:?}",
         reopened
@@ -166,8 +167,9 @@ pub fn turn_limit_rotates_with_a_handoff_across_a_restart(adapter: Adapter) -> R
     let harness = patched_harness()?;
     let limit = ["--max-turns-per-session", "2"];
     let fact = fact_for(adapter, 6);
-    let mut rig = Rig::new(adapter)?;
-    let t = tell_and_bury(&mut rig, &limit, &fact)?;
+    let rig = Rig::new(adapter)?;
+    let side = RelaySide::start()?;
+    let t = tell_and_bury(&rig, &side, &limit, &fact)?;
     let before = rig.wire()?;
     let old = last_prompted_session(&before)?;
     // Each run did one turn: the session was restored for its second one (so a count kept in
@@ -185,10 +187,10 @@ pub fn turn_limit_rotates_with_a_handoff_across_a_restart(adapter: Adapter) -> R
     );
     assert_eq!(before.sessions_opened(), std::slice::from_ref(&old));
 
-    let question = rig.post_reply(&t.root, &t.last, QUESTION)?;
     let mark = before.len();
-    rig.run_once(&harness, &limit, ONCE)?;
-    let (_, seen) = rig.reply_to(&question, Duration::ZERO)?;
+    let thread = Some((&t.root, &t.last));
+    let asked = rig.one_turn(&side, &harness, &limit, QUESTION, thread, REPLY)?;
+    let (question, seen) = (asked.asked, asked.seen);
     let wire = rig.wire()?.since(mark);
 
     let asks: Vec<_> = wire
@@ -243,14 +245,18 @@ pub fn turn_limit_rotates_with_a_handoff_across_a_restart(adapter: Adapter) -> R
         seen.nonces.contains(&fact),
         "{adapter}: the model answering the question must have received {fact}: {seen:?}"
     );
-    let published: Vec<String> = rig.s.events().into_iter().map(|e| e.content).collect();
+    // Everything the agent's key published (the people wrote the rest of the thread).
+    let published: Vec<String> = side
+        .agent_events()?
+        .into_iter()
+        .map(|e| e.content)
+        .collect();
     assert!(
         published.iter().all(|p| !p.contains(HANDOFF_ASK)),
         "{adapter}: the handoff must never be published: {published:?}"
     );
-    let notices = rig.notices_about(&question);
+    let notices = side.notices_about(&question)?;
     assert_eq!(notices.len(), 1, "{adapter}: told once: {notices:?}");
-    rig.assert_no_agent_left()?;
     eprintln!(
         "{adapter}: rotation with a handoff of {} bytes; requests to the agent: {:?}; notice: {:?}",
         handoff.len(),
@@ -271,8 +277,10 @@ fn large_model_value(adapter: Adapter) -> String {
 
 /// A thread told a fact on a running patched harness, then switched by the owner's `!model`.
 struct Switched {
+    // Dropped first: the harness, then its relay and the rig.
+    live: LiveHarness,
+    side: RelaySide,
     rig: Rig,
-    running: buzz_acp::testing::Running,
     fact: String,
     question: Event,
     /// The session that answered before the switch.
@@ -285,24 +293,25 @@ struct Switched {
 fn switch_model(adapter: Adapter, value: &str, salt: u32) -> Result<Switched> {
     let harness = patched_harness()?;
     let fact = fact_for(adapter, salt);
-    let mut rig = Rig::new(adapter)?;
-    let running = rig
-        .s
-        .start(&harness, &rig.agent.command(), &[])
-        .map_err(|e| fail(e.to_string()))?;
-    let root = rig.post_top("We are planning the storage migration.")?;
-    let (r0, _) = rig.reply_to(&root, REPLY)?;
-    let told = rig.post_reply(&root, &r0, &format!("Remember the code word {fact}."))?;
-    let (r1, _) = rig.reply_to(&told, REPLY)?;
+    let rig = Rig::new(adapter)?;
+    let side = RelaySide::start()?;
+    let live = rig.live_on_relay(&side, &harness, &[])?;
+    let owner = &side.owner;
+    let root = side.say(owner, "We are planning the storage migration.", None)?;
+    let (r0, _) = rig.relay_reply_to(&side, &root, REPLY)?;
+    let text = format!("Remember the code word {fact}.");
+    let told = side.say(owner, &text, Some((&root, &r0)))?;
+    let (r1, _) = rig.relay_reply_to(&side, &told, REPLY)?;
     let session = last_prompted_session(&rig.wire()?)?;
-    let switch = rig.post_reply_as(OWNER, &root, &r1, &format!("!model {value}"))?;
-    rig.harness_reply_to(&switch, REPLY)?;
+    let switch = side.say(owner, &format!("!model {value}"), Some((&root, &r1)))?;
+    side.harness_reply_to(&switch, REPLY)?;
     let wire_mark = rig.wire()?.len();
     let llm_mark = rig.llm.requests()?.len();
-    let question = rig.post_reply(&root, &r1, QUESTION)?;
+    let question = side.say(owner, QUESTION, Some((&root, &r1)))?;
     Ok(Switched {
+        live,
+        side,
         rig,
-        running,
         fact,
         question,
         session,
@@ -314,8 +323,9 @@ fn switch_model(adapter: Adapter, value: &str, salt: u32) -> Result<Switched> {
 pub fn switches_model_in_place(adapter: Adapter) -> Result<()> {
     let value = large_model_value(adapter);
     let sw = switch_model(adapter, &value, 7)?;
-    let (_, seen) = sw.rig.reply_to(&sw.question, REPLY)?;
-    sw.running.stop().map_err(|e| fail(e.to_string()))?;
+    let (_, seen) = sw.rig.relay_reply_to(&sw.side, &sw.question, REPLY)?;
+    sw.side.all_published()?;
+    sw.live.stop()?;
     let rig = &sw.rig;
     let wire = rig.wire()?.since(sw.wire_mark);
     let sets = wire.exchanges("session/set_config_option");
@@ -368,9 +378,10 @@ pub fn switches_model_in_place(adapter: Adapter) -> Result<()> {
         "{adapter}: every turn request after the switch must name {large}: {:?}",
         turns.iter().map(|r| r.model.clone()).collect::<Vec<_>>()
     );
+    let notices = sw.side.notices_about(&sw.question)?;
     assert!(
-        rig.notices_about(&sw.question).is_empty(),
-        "{adapter}: nothing to tell about the question"
+        notices.is_empty(),
+        "{adapter}: nothing to tell about the question: {notices:?}"
     );
     rig.assert_no_agent_left()?;
     eprintln!(
@@ -387,8 +398,9 @@ pub fn switches_model_in_place(adapter: Adapter) -> Result<()> {
 /// fact, and the thread is told once that the model is not offered.
 pub fn unoffered_model_switch_keeps_the_session(adapter: Adapter, value: &str) -> Result<()> {
     let sw = switch_model(adapter, value, 8)?;
-    let (_, seen) = sw.rig.reply_to(&sw.question, REPLY)?;
-    sw.running.stop().map_err(|e| fail(e.to_string()))?;
+    let (_, seen) = sw.rig.relay_reply_to(&sw.side, &sw.question, REPLY)?;
+    sw.side.all_published()?;
+    sw.live.stop()?;
     let rig = &sw.rig;
     let wire = rig.wire()?.since(sw.wire_mark);
     let sets: Vec<_> = wire
@@ -418,7 +430,7 @@ pub fn unoffered_model_switch_keeps_the_session(adapter: Adapter, value: &str) -
         seen.nonces.contains(&sw.fact),
         "{adapter}: the session still had the fact: {seen:?}"
     );
-    let notices = rig.notices_about(&sw.question);
+    let notices = sw.side.notices_about(&sw.question)?;
     assert_eq!(notices.len(), 1, "{adapter}: {notices:?}");
     assert!(
         notices[0].content.contains("does not offer the model"),
@@ -477,28 +489,24 @@ pub enum Overflow {
 pub fn context_overflow_is_answered(adapter: Adapter) -> Result<Overflow> {
     let harness = patched_harness()?;
     let fact = fact_for(adapter, 9);
-    let mut rig = Rig::new(adapter)?;
+    let rig = Rig::new(adapter)?;
+    let side = RelaySide::start()?;
     let budget = EXHAUSTION_BUDGET_KB.to_string();
-    let running = rig
-        .s
-        .start(
-            &harness,
-            &rig.agent.command(),
-            &["--whole-thread-budget-kb", &budget],
-        )
-        .map_err(|e| fail(e.to_string()))?;
-    let root = rig.post_top("We are planning the storage migration.")?;
-    let (r0, _) = rig.reply_to(&root, REPLY)?;
+    let live = rig.live_on_relay(&side, &harness, &["--whole-thread-budget-kb", &budget])?;
+    let owner = &side.owner;
+    let root = side.say(owner, "We are planning the storage migration.", None)?;
+    let (r0, _) = rig.relay_reply_to(&side, &root, REPLY)?;
     let first_turn = turn_requests(&rig, 0)?
         .first()
         .map(|r| r.input_tokens)
         .ok_or_else(|| fail("no turn request for the root"))?;
-    let paste = rig.post_reply(&root, &r0, &build_log())?;
-    let (r1, _) = rig.reply_to(&paste, REPLY)?;
-    let told = rig.post_reply(&root, &r1, &format!("Remember the code word {fact}."))?;
-    let (r2, _) = rig.reply_to(&told, REPLY)?;
+    let paste = side.say(owner, &build_log(), Some((&root, &r0)))?;
+    let (r1, _) = rig.relay_reply_to(&side, &paste, REPLY)?;
+    let text = format!("Remember the code word {fact}.");
+    let told = side.say(owner, &text, Some((&root, &r1)))?;
+    let (r2, _) = rig.relay_reply_to(&side, &told, REPLY)?;
     let session = last_prompted_session(&rig.wire()?)?;
-    let last = rig.post_chatter(&root, r2, BURY)?;
+    let last = side.chatter(&root, r2, BURY)?;
     let grown = turn_requests(&rig, 0)?
         .last()
         .map(|r| r.input_tokens)
@@ -512,9 +520,10 @@ pub fn context_overflow_is_answered(adapter: Adapter) -> Result<Overflow> {
         .set_context_limit(Some(real_adapters::adapter::FAKE_MODEL), window);
     let wire_mark = rig.wire()?.len();
     let llm_mark = rig.llm.requests()?.len();
-    let question = rig.post_reply(&root, &last, QUESTION)?;
-    let (_, seen) = rig.reply_to(&question, REPLY)?;
-    running.stop().map_err(|e| fail(e.to_string()))?;
+    let question = side.say(owner, QUESTION, Some((&root, &last)))?;
+    let (_, seen) = rig.relay_reply_to(&side, &question, REPLY)?;
+    side.all_published()?;
+    live.stop()?;
 
     let calls: Vec<_> = rig.llm.requests()?.into_iter().skip(llm_mark).collect();
     assert!(
@@ -539,7 +548,7 @@ pub fn context_overflow_is_answered(adapter: Adapter) -> Result<Overflow> {
         wire.prompts()
     );
     let opened = wire.sessions_opened();
-    let notices = rig.notices_about(&question);
+    let notices = side.notices_about(&question)?;
     let path = if asked_old[0].succeeded() {
         assert!(opened.is_empty(), "{adapter}: {:?}", wire.methods_sent());
         assert!(notices.is_empty(), "{adapter}: {notices:?}");

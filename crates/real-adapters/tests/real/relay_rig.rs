@@ -7,7 +7,7 @@
 //! Like upstream's, the harness's subscription starts when it starts: [`Rig::live_on_relay`]
 //! returns once the harness says it is subscribed, and messages for it are posted after that.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -16,7 +16,7 @@ use buzz_acp::relay::Event;
 use buzz_acp::testing::{ChatMessage, NostrRelayArgs, agent_messages, post_chat, wait_until};
 use buzz_test_relay::{RelayConfig, TestRelay};
 use fake_llm::Observation;
-use nostr::{Keys, Timestamp};
+use nostr::{Keys, PublicKey, Timestamp};
 
 use crate::rig::{Result, Rig, fail};
 
@@ -24,6 +24,8 @@ const CHANNEL: &str = "0b8e2d4c-1f3a-4c5e-9d7b-2a6f8e1c3b5d";
 const SUBSCRIBED: &str = "connected, authenticated and subscribed";
 /// How long a harness may take to connect and subscribe.
 const CONNECT: Duration = Duration::from_secs(30);
+/// How long a running harness may take to answer an owner command (no agent involved).
+const PUBLISHED: Duration = Duration::from_secs(30);
 
 /// The relay, the agent's and the people's keys.
 pub struct RelaySide {
@@ -66,9 +68,31 @@ impl RelaySide {
         text: &str,
         thread: Option<(&Event, &Event)>,
     ) -> Result<Event> {
+        self.post(author, text, thread, Some(self.agent.public_key()))
+    }
+
+    /// [`RelaySide::someone`] writes `n` replies in `root`'s thread after `parent`, each
+    /// answering the one before, that mention nobody: history only, enough of it to push
+    /// everything before out of a window. The harness never answers them; posted while it is
+    /// stopped, they are history it reads at its next start. The last one.
+    pub fn chatter(&self, root: &Event, mut parent: Event, n: usize) -> Result<Event> {
+        for i in 0..n {
+            let text = format!("chatter {i}: nothing to remember here");
+            parent = self.post(&self.someone, &text, Some((root, &parent)), None)?;
+        }
+        Ok(parent)
+    }
+
+    fn post(
+        &self,
+        author: &Keys,
+        text: &str,
+        thread: Option<(&Event, &Event)>,
+        mention: Option<PublicKey>,
+    ) -> Result<Event> {
         let message = ChatMessage {
             channel: CHANNEL,
-            mention: Some(self.agent.public_key()),
+            mention,
             text,
             thread: thread.map(|(root, parent)| (root.id.as_str(), parent.id.as_str())),
             at: Timestamp::now(),
@@ -76,7 +100,7 @@ impl RelaySide {
         let event = self
             .runtime
             .block_on(post_chat(&self.relay.ws_url(), author, message))
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| fail(format!("posting {text:.60?}: {e}")))?;
         Ok(Event::from(&event))
     }
 
@@ -90,16 +114,65 @@ impl RelaySide {
             ))
             .map_err(|e| fail(e.to_string()))
     }
+
+    /// The harness's own answer to `event` (an owner command's): an agent message that answers
+    /// it and carries no fake-LLM tag.
+    pub fn harness_reply_to(&self, event: &Event, within: Duration) -> Result<Event> {
+        wait_until(within, || {
+            let published = self.agent_events().ok()?;
+            published.into_iter().find(|e| {
+                e.thread_refs().reply.as_deref() == Some(event.id.as_str())
+                    && Observation::parse(&e.content).is_none()
+            })
+        })
+        .ok_or_else(|| fail(format!("the harness never answered {:?}", event.content)))
+    }
+
+    /// The harness's notices about `event`: agent messages that quote it (`q` tag), the patched
+    /// harness's continuity notices. Read after [`RelaySide::all_published`], the count is
+    /// final.
+    pub fn notices_about(&self, event: &Event) -> Result<Vec<Event>> {
+        Ok(self
+            .agent_events()?
+            .into_iter()
+            .filter(|e| e.tag_values("q").any(|q| q == event.id))
+            .collect())
+    }
+
+    /// Waits until everything the running harness has published so far is on the relay.
+    ///
+    /// The harness hands its messages to one publisher that posts them in order, and it may
+    /// still hold some when the answer a scenario waited for is already on the relay (notices
+    /// follow their turn's answer), while a stopped harness drops what it has not posted yet.
+    /// So the owner opens a thread of its own with `!cancel`: the harness answers an owner
+    /// command itself, without the agent ("Nothing is running here."), after everything it
+    /// queued before it read the command; once that answer is on the relay, so is the rest. The
+    /// command touches no session (its thread has none), so the wire and the model see nothing
+    /// of it.
+    pub fn all_published(&self) -> Result<()> {
+        let barrier = self.say(&self.owner, "!cancel", None)?;
+        self.harness_reply_to(&barrier, PUBLISHED).map(drop)
+    }
+}
+
+/// A message, the model's answer to it and what the model received ([`Rig::one_turn`]).
+pub struct Answered {
+    pub asked: Event,
+    pub answer: Event,
+    pub seen: Observation,
 }
 
 /// A harness running on the relay: stopped with SIGTERM by [`LiveHarness::stop`], killed when
 /// dropped.
 pub struct LiveHarness {
     child: Child,
+    /// Its stderr.
+    log: PathBuf,
 }
 
 impl LiveHarness {
-    /// Asks the harness to stop and waits for it.
+    /// Asks the harness to stop (SIGTERM, as an operator stops it) and waits for it; a harness
+    /// that does not exit 0 is an error that carries the end of its log.
     pub fn stop(mut self) -> Result<()> {
         let term = Command::new("kill")
             .arg("-TERM")
@@ -108,10 +181,19 @@ impl LiveHarness {
         if !term.is_ok_and(|s| s.success()) {
             let _ = self.child.kill();
         }
-        self.child
+        let status = self
+            .child
             .wait()
-            .map(|_| ())
-            .map_err(|e| fail(format!("waiting for the harness: {e}")))
+            .map_err(|e| fail(format!("waiting for the harness: {e}")))?;
+        if status.success() {
+            return Ok(());
+        }
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        Err(fail(format!(
+            "the harness exited with {status}; its log ends with:\n{}",
+            lines[lines.len().saturating_sub(40)..].join("\n")
+        )))
     }
 }
 
@@ -151,7 +233,10 @@ impl Rig {
         let child = cmd
             .spawn()
             .map_err(|e| fail(format!("cannot start {}: {e}", harness.display())))?;
-        let live = LiveHarness { child };
+        let live = LiveHarness {
+            child,
+            log: log_path.clone(),
+        };
         let read = || std::fs::read_to_string(&log_path).unwrap_or_default();
         if wait_until(CONNECT, || read().contains(SUBSCRIBED).then_some(())).is_none() {
             return Err(fail(format!(
@@ -161,6 +246,33 @@ impl Rig {
             )));
         }
         Ok(live)
+    }
+
+    /// A message answered by a harness started for it, the way a `--once` run answers what
+    /// waits for it: starts `harness` with `flags`, the owner says `text` (in `thread` = (root,
+    /// parent)), waits up to `within` for the model's answer and until everything the harness
+    /// published is on the relay, stops it (it must exit 0) and checks that no agent process
+    /// is left.
+    pub fn one_turn(
+        &self,
+        side: &RelaySide,
+        harness: &Path,
+        flags: &[&str],
+        text: &str,
+        thread: Option<(&Event, &Event)>,
+        within: Duration,
+    ) -> Result<Answered> {
+        let live = self.live_on_relay(side, harness, flags)?;
+        let asked = side.say(&side.owner, text, thread)?;
+        let (answer, seen) = self.relay_reply_to(side, &asked, within)?;
+        side.all_published()?;
+        live.stop()?;
+        self.assert_no_agent_left()?;
+        Ok(Answered {
+            asked,
+            answer,
+            seen,
+        })
     }
 
     /// The model's answer to `event` on the relay and what the model received.

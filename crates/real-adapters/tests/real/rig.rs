@@ -1,9 +1,8 @@
-//! One scenario's rig: its directories, its own fake LLM, the relay scenario and the agent's
-//! throw-away home, with the steps and readings every scenario shares.
+//! One scenario's rig: its directories, its own fake LLM, the harness's files and the agent's
+//! throw-away home, with the readings every scenario shares. The relay, and what is posted and
+//! read there, is [`crate::relay_rig`]'s.
 
-use std::path::Path;
-use std::process::{ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use buzz_acp::relay::Event;
 use buzz_acp::testing::{Scenario, wait_until};
@@ -16,8 +15,6 @@ use real_adapters::{Adapter, AgentHome, TierError};
 
 /// A single reply from a real adapter, cold start included.
 pub const REPLY: Duration = Duration::from_secs(90);
-/// A `--once` run that has to answer one message.
-pub const ONCE: Duration = Duration::from_secs(120);
 /// The bound issue 11 sets for answering a thread whose session the agent lost.
 pub const LOST_SESSION_BOUND: Duration = Duration::from_secs(240);
 /// How long the agent's processes may take to go after the harness exited.
@@ -33,6 +30,7 @@ pub fn fail(msg: impl Into<String>) -> TierError {
 pub struct Rig {
     _dir: tempfile::TempDir,
     pub llm: Llm,
+    /// The harness's files: its state directory, its observer log (the wire) and its logs.
     pub s: Scenario,
     pub agent: AgentHome,
 }
@@ -61,6 +59,8 @@ impl Rig {
         })
     }
 
+    // The file relay's steps, for the idle-sleep cell (the last scenario there).
+
     pub fn post_top(&mut self, text: &str) -> Result<Event> {
         self.s.post_top(text).map_err(|e| fail(e.to_string()))
     }
@@ -68,18 +68,6 @@ impl Rig {
     pub fn post_reply(&mut self, root: &Event, parent: &Event, text: &str) -> Result<Event> {
         self.s
             .post_reply(root, parent, text)
-            .map_err(|e| fail(e.to_string()))
-    }
-
-    pub fn post_reply_as(
-        &mut self,
-        author: &str,
-        root: &Event,
-        parent: &Event,
-        text: &str,
-    ) -> Result<Event> {
-        self.s
-            .post_reply_as(author, root, parent, text)
             .map_err(|e| fail(e.to_string()))
     }
 
@@ -97,56 +85,6 @@ impl Rig {
                 .map_err(|e| fail(e.to_string()))?;
         }
         Ok(parent)
-    }
-
-    /// Runs `harness --once` until it exits, killing it after `limit`.
-    pub fn run_once(&self, harness: &Path, extra: &[&str], limit: Duration) -> Result<ExitStatus> {
-        let mut cmd = self
-            .s
-            .harness_command(harness, &self.agent.command(), extra);
-        cmd.arg("--once")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| fail(format!("cannot start {}: {e}", harness.display())))?;
-        let stderr = child.stderr.take();
-        // Drain stderr on a thread so a chatty harness never blocks on a full pipe.
-        let log = std::thread::spawn(move || {
-            let mut text = String::new();
-            if let Some(mut pipe) = stderr {
-                let _ = std::io::Read::read_to_string(&mut pipe, &mut text);
-            }
-            text
-        });
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().map_err(|e| fail(e.to_string()))? {
-                break status;
-            }
-            if started.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
-                self.kill_agents();
-                let log = log.join().unwrap_or_default();
-                return Err(fail(format!(
-                    "{} --once did not exit within {limit:?}; its log ends with:\n{}",
-                    harness.display(),
-                    tail(&log, 40)
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let log = log.join().unwrap_or_default();
-        if !status.success() {
-            return Err(fail(format!(
-                "{} --once exited with {status}:\n{}",
-                harness.display(),
-                tail(&log, 40)
-            )));
-        }
-        Ok(status)
     }
 
     /// Waits for the agent's reply to `event` and returns what its model received.
@@ -175,18 +113,6 @@ impl Rig {
         })
     }
 
-    /// The harness's own reply to `event` (an owner command's answer): an agent event that
-    /// answers it without the fake LLM's tag.
-    pub fn harness_reply_to(&self, event: &Event, within: Duration) -> Result<Event> {
-        wait_until(within, || {
-            self.s.replies().into_iter().find(|r| {
-                r.thread_refs().reply.as_deref() == Some(event.id.as_str())
-                    && Observation::parse(&r.content).is_none()
-            })
-        })
-        .ok_or_else(|| fail(format!("the harness never answered {:?}", event.content)))
-    }
-
     /// Whether the observer's last pool event is a sleep (no agent spawned since).
     pub fn pool_is_asleep(&self) -> bool {
         let log = std::fs::read_to_string(&self.s.observer_log).unwrap_or_default();
@@ -196,16 +122,6 @@ impl Rig {
             .filter_map(|r| r["type"].as_str().map(str::to_owned))
             .rfind(|t| t == "pool_sleep" || t == "agent_spawn");
         last.as_deref() == Some("pool_sleep")
-    }
-
-    /// The harness's notices about `event`: agent events that quote it (`q` tag) and are not
-    /// its answer (the patched harness's continuity notices).
-    pub fn notices_about(&self, event: &Event) -> Vec<Event> {
-        self.s
-            .replies()
-            .into_iter()
-            .filter(|e| e.tag_values("q").any(|q| q == event.id))
-            .collect()
     }
 
     /// Everything the harness exchanged with the agent so far (its observer log).
@@ -239,14 +155,25 @@ impl Rig {
 
     /// Kills (by pid) whatever still runs in this agent's home, so a failed scenario leaks
     /// nothing into the next one.
-    pub fn kill_agents(&self) {
+    fn kill_agents(&self) {
         kill_processes_with_home(&self.agent.home);
     }
 }
 
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
+impl Drop for Rig {
+    /// A scenario that failed half-way drops its harness (killed, so it cannot stop its agent)
+    /// and then its rig: whatever the agent left running goes with it.
+    fn drop(&mut self) {
+        self.kill_agents();
+    }
+}
+
+/// The session the last `session/prompt` on `wire` went to.
+pub fn last_prompted_session(wire: &Wire) -> Result<String> {
+    wire.prompts()
+        .last()
+        .map(|(_, session, _)| session.clone())
+        .ok_or_else(|| fail("no session/prompt on the wire"))
 }
 
 /// A fact only the model can remember: `<adapter word>-<digits>`.
