@@ -4,9 +4,7 @@
 
 use std::time::Duration;
 
-use buzz_acp::relay::Event;
 use buzz_acp::testing::{Scenario, wait_until};
-use fake_llm::Observation;
 use real_adapters::adapter::{create_agent_cwd, install_dir};
 use real_adapters::llm::Llm;
 use real_adapters::procs::{kill_processes_with_home, processes_with_home};
@@ -56,60 +54,6 @@ impl Rig {
             llm,
             s,
             agent,
-        })
-    }
-
-    // The file relay's steps, for the idle-sleep cell (the last scenario there).
-
-    pub fn post_top(&mut self, text: &str) -> Result<Event> {
-        self.s.post_top(text).map_err(|e| fail(e.to_string()))
-    }
-
-    pub fn post_reply(&mut self, root: &Event, parent: &Event, text: &str) -> Result<Event> {
-        self.s
-            .post_reply(root, parent, text)
-            .map_err(|e| fail(e.to_string()))
-    }
-
-    /// Replies in `root`'s thread that do not mention the agent: history only, enough of it to
-    /// push everything before out of the window.
-    pub fn post_chatter(&mut self, root: &Event, mut parent: Event, n: usize) -> Result<Event> {
-        for i in 0..n {
-            parent = self
-                .s
-                .post_chatter(
-                    root,
-                    &parent,
-                    &format!("chatter {i}: nothing to remember here"),
-                )
-                .map_err(|e| fail(e.to_string()))?;
-        }
-        Ok(parent)
-    }
-
-    /// Waits for the agent's reply to `event` and returns what its model received.
-    /// The model's answer is the agent's reply to `event` that carries the fake LLM's tag (a
-    /// harness notice in the same place carries none).
-    pub fn reply_to(&self, event: &Event, within: Duration) -> Result<(Event, Observation)> {
-        let answer = || {
-            self.s.replies().into_iter().find_map(|reply| {
-                let to_event = reply.thread_refs().reply.as_deref() == Some(event.id.as_str());
-                let seen = Observation::parse(&reply.content)?;
-                to_event.then_some((reply, seen))
-            })
-        };
-        wait_until(within, answer).ok_or_else(|| {
-            let other: Vec<String> = self
-                .s
-                .replies()
-                .into_iter()
-                .filter(|r| r.thread_refs().reply.as_deref() == Some(event.id.as_str()))
-                .map(|r| r.content)
-                .collect();
-            fail(format!(
-                "no answer from the model to {:?} (other replies to it: {other:?})",
-                event.content
-            ))
         })
     }
 
