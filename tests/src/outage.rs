@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use buzz_acp::relay::Event;
-use buzz_acp::testing::{NostrRelayArgs, reply_turns, wait_until_every};
+use buzz_acp::testing::{reply_turns, wait_until_every};
 use buzz_session_store::{
     KeyScheme, PgStore, ReceiptStore, SqliteStore, StoreError, StoredReceipt,
 };
@@ -91,23 +91,6 @@ impl Background {
     }
 }
 
-/// The harness's command line on the world's relay, as the agent, with `env` added to its
-/// environment.
-pub fn command(w: &RelayWorld, env: &[(&str, &str)]) -> Command {
-    let url = w.relay.ws_url();
-    let secret = w.agent.secret_key().to_secret_hex();
-    let owner = w.owner.public_key().to_hex();
-    let relay = NostrRelayArgs {
-        url: &url,
-        secret_key_hex: &secret,
-        owner_hex: &owner,
-    };
-    let mut cmd =
-        w.s.nostr_harness_command(&harness_bin(), &agent(&w.s, &[]), relay, &[]);
-    cmd.envs(env.iter().copied());
-    cmd
-}
-
 /// Starts the harness on the world's relay with `env` added to its environment, and returns once
 /// it is subscribed (it hears only what is posted from then on). Its log goes to
 /// `harness-outage-N.log` in the scenario's root.
@@ -135,7 +118,17 @@ pub fn run_until_exit(w: &RelayWorld, env: &[(&str, &str)]) -> (Option<ExitStatu
     let n = RUNS.fetch_add(1, Ordering::Relaxed);
     let log_path = w.s.root.join(format!("harness-exit-{n}.log"));
     let log = std::fs::File::create(&log_path).expect("harness log");
-    let mut child = command(w, env)
+    let agent_command = agent(&w.s, &[]);
+    let launch = Launch {
+        scenario: &w.s,
+        harness: &harness_bin(),
+        agent_command: &agent_command,
+        extra: &[],
+        env,
+        log: log_path.clone(),
+    };
+    let mut child = w
+        .harness_command(&launch)
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()

@@ -237,23 +237,8 @@ impl Chat {
             move |source| ChatSetupError::Io { what, source }
         };
         let log = std::fs::File::create(&launch.log).map_err(io("creating the harness log"))?;
-        let url = self.relay.ws_url();
-        let secret = self.agent.secret_key().to_secret_hex();
-        let owner = self.owner.public_key().to_hex();
-        let relay = NostrRelayArgs {
-            url: &url,
-            secret_key_hex: &secret,
-            owner_hex: &owner,
-        };
-        let mut cmd = launch.scenario.nostr_harness_command(
-            launch.harness,
-            launch.agent_command,
-            relay,
-            launch.extra,
-        );
-        cmd.envs(launch.env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(log);
+        let mut cmd = self.harness_command(&launch);
+        cmd.stdout(Stdio::null()).stderr(log);
         let background = Background {
             child: cmd.spawn().map_err(io("starting buzz-acp"))?,
         };
@@ -269,6 +254,29 @@ impl Chat {
                 log: std::fs::read_to_string(&launch.log).unwrap_or_default(),
             }),
         }
+    }
+}
+
+impl Chat {
+    /// The command line of `launch`'s harness on this relay, as the agent (its secret key in
+    /// `BUZZ_PRIVATE_KEY`), with `launch`'s environment; its output is left to the caller.
+    pub fn harness_command(&self, launch: &Launch<'_>) -> std::process::Command {
+        let url = self.relay.ws_url();
+        let secret = self.agent.secret_key().to_secret_hex();
+        let owner = self.owner.public_key().to_hex();
+        let relay = NostrRelayArgs {
+            url: &url,
+            secret_key_hex: &secret,
+            owner_hex: &owner,
+        };
+        let mut cmd = launch.scenario.nostr_harness_command(
+            launch.harness,
+            launch.agent_command,
+            relay,
+            launch.extra,
+        );
+        cmd.envs(launch.env.iter().copied());
+        cmd
     }
 }
 

@@ -213,3 +213,23 @@ pub fn timed<T>(f: impl FnOnce() -> Result<T, BenchError>) -> Result<(T, Duratio
     let v = f()?;
     Ok((v, t.elapsed()))
 }
+
+/// What the harness logs once it is connected to a Nostr relay, authenticated and subscribed:
+/// from then on a mention posted there reaches it.
+pub const SUBSCRIBED: &str = "connected, authenticated and subscribed";
+
+/// Waits, up to `timeout`, until the harness logging to `log` says it is [`SUBSCRIBED`]; the
+/// error carries its log.
+pub async fn wait_subscribed(log: &Path, timeout: Duration) -> Result<(), BenchError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if std::fs::read_to_string(log).is_ok_and(|l| l.contains(SUBSCRIBED)) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let log = std::fs::read_to_string(log).unwrap_or_default();
+            return Err(BenchError(format!("the harness did not subscribe:\n{log}")));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

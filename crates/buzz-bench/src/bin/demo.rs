@@ -247,16 +247,7 @@ impl Harness {
         let mut cmd = s.nostr_harness_command(binary, &s.agent_command(agent, &[]), relay, &[]);
         cmd.stdout(std::process::Stdio::null()).stderr(file);
         let harness = Harness(ctx(cmd.spawn(), "starting buzz-acp")?);
-        let deadline = Instant::now() + WAIT;
-        while !std::fs::read_to_string(log)
-            .is_ok_and(|l| l.contains("connected, authenticated and subscribed"))
-        {
-            if Instant::now() > deadline {
-                let log = std::fs::read_to_string(log).unwrap_or_default();
-                return Err(BenchError(format!("the harness did not subscribe:\n{log}")));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        buzz_bench::wait_subscribed(log, WAIT).await?;
         Ok(harness)
     }
 

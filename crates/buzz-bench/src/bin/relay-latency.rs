@@ -174,7 +174,7 @@ async fn sample(harness: &Path, agent_bin: &Path) -> Result<(Duration, Duration)
     s.poll_ms = 2;
     let log_path = s.root.join("harness.log");
     let mut harness = start_harness(&s, harness, agent_bin, &relay, &agent, &owner, &log_path)?;
-    let subscribed = wait_for_log(&log_path, "connected, authenticated and subscribed").await;
+    let subscribed = buzz_bench::wait_subscribed(&log_path, WAIT).await;
     let result = async {
         subscribed?;
         let mut observer = Observer::subscribe(&relay, &owner, &agent).await?;
@@ -216,22 +216,6 @@ fn start_harness(
         s.nostr_harness_command(harness, &s.agent_command(agent_bin, &[]), relay_args, &[]);
     cmd.stdout(std::process::Stdio::null()).stderr(log);
     ctx(cmd.spawn(), "starting buzz-acp")
-}
-
-async fn wait_for_log(path: &Path, line: &str) -> Result<(), BenchError> {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if std::fs::read_to_string(path).is_ok_and(|log| log.contains(line)) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            let log = std::fs::read_to_string(path).unwrap_or_default();
-            return Err(BenchError(format!(
-                "the harness never said {line:?}:\n{log}"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 fn ratio(patched: Duration, baseline: Duration) -> String {
