@@ -1,11 +1,13 @@
 //! The store used when resume is switched off (`--no-resume-sessions`): it remembers nothing and
-//! says so on every write, so a caller never mistakes "not written" for "written".
+//! says so on every write, so a caller never mistakes "not written" for "written". It has no
+//! watermark either: reading one gives `None`, advancing one `None` (nothing stored), setting one
+//! `NotWritable(Disabled)`.
 
 use crate::error::StoreError;
 use crate::key::{KeyScheme, ScopeKey, StoreScope};
 use crate::receipt_store::{
     BackendKind, ChannelRemoval, CommitOutcome, Expect, ForgetOutcome, ImportOutcome, PutOutcome,
-    ReceiptStore, Removal, StoredReceipt, TurnCommit, UnixMillis, WriteRefusal,
+    ReceiptStore, Removal, StoredReceipt, TurnCommit, UnixMillis, WatermarkOutcome, WriteRefusal,
 };
 use crate::record::SessionRecord;
 
@@ -94,6 +96,18 @@ impl ReceiptStore for DisabledStore {
         Ok(0)
     }
 
+    fn watermark(&self) -> Result<Option<u64>, StoreError> {
+        Ok(None)
+    }
+
+    fn advance_watermark(&self, _secs: u64) -> Result<Option<u64>, StoreError> {
+        Ok(None)
+    }
+
+    fn set_watermark(&self, _secs: Option<u64>) -> Result<WatermarkOutcome, StoreError> {
+        Ok(WatermarkOutcome::NotWritable(WriteRefusal::Disabled))
+    }
+
     fn storage_bytes(&self) -> Result<u64, StoreError> {
         Ok(0)
     }
@@ -159,6 +173,12 @@ mod tests {
         );
         assert!(store.receipts().unwrap().is_empty());
         assert!(store.is_empty().unwrap());
+        assert_eq!(store.advance_watermark(5).unwrap(), None);
+        assert_eq!(
+            store.set_watermark(Some(5)).unwrap(),
+            WatermarkOutcome::NotWritable(WriteRefusal::Disabled)
+        );
+        assert_eq!(store.watermark().unwrap(), None);
         assert_eq!(store.kind(), BackendKind::Disabled);
     }
 }

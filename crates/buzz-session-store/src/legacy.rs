@@ -14,6 +14,12 @@
 //! its checks from "whose file is this?" to "is it well formed?": the version and the scope are
 //! probed before the strict parse, so a newer harness's or another community's file with a shape
 //! this version does not know is recognised as *theirs* (left alone) rather than as malformed.
+//!
+//! The format has no watermark (it predates it, see [`crate::ReceiptStore::watermark`]), and this
+//! module is no store: it reads receipts only. An import therefore leaves the store's watermark
+//! as it is, none for a new store, so the harness resumes its subscription as it would with no
+//! watermark recorded; inventing one from the receipts' times would claim that mentions were
+//! settled when nothing says they were.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};

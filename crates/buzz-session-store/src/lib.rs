@@ -12,7 +12,7 @@
 //! |---|---|
 //! | [`key`] | [`StoreScope`] (relay, agent key), [`ScopeKey`] (channel or thread) and [`KeyScheme`] |
 //! | [`record`] | [`SessionRecord`]: session id, configuration, ledger, turns, usage, handoff, retirement |
-//! | [`receipt_store`] | [`ReceiptStore`]: the store interface (sync, object-safe), [`Expect`] and the typed outcomes |
+//! | [`receipt_store`] | [`ReceiptStore`]: the store interface (sync, object-safe), [`Expect`] and the typed outcomes, and the per-(relay, agent key) watermark |
 //! | [`rules`] | the store's rules as pure functions: admission of a conditional write, the turn-commit merge and fold |
 //! | [`sqlite`] | [`SqliteStore`]: the embedded default, one row per receipt in `<state-dir>/sessions.sqlite3` |
 //! | [`pg`] | [`PgStore`]: PostgreSQL, shared by harnesses on several machines, with client-side deadlines |
@@ -70,7 +70,7 @@ pub use pg::{DEFAULT_CALL_TIMEOUT, PgOptions, PgStore};
 pub use pg_tls::{RootSource, TlsMode};
 pub use receipt_store::{
     BackendKind, ChannelRemoval, CommitOutcome, Expect, ForgetOutcome, ImportOutcome, PutOutcome,
-    ReceiptStore, Removal, StoredReceipt, TurnCommit, UnixMillis, WriteRefusal,
+    ReceiptStore, Removal, StoredReceipt, TurnCommit, UnixMillis, WatermarkOutcome, WriteRefusal,
 };
 pub use record::{
     DeliveryRecord, Handoff, MAX_HANDOFF_TEXT_BYTES, MAX_LEDGER_IDS, MAX_REASON_BYTES, Retirement,

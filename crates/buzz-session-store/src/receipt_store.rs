@@ -22,6 +22,16 @@
 //! Every operation says truthfully what it did: a write that happened is `Written`/`Removed`, a
 //! refusal names its reason, and an `Err` means it did not happen or its effect is unknown. A
 //! read distinguishes "no receipt" (`Ok(None)`) from "the store could not be asked" (`Err`).
+//!
+//! # The watermark
+//!
+//! Beside its receipts, a store scope (relay, agent key) keeps one *watermark*: a unix time in
+//! seconds such that every mention created before it was settled by a harness of the pair, so a
+//! harness that starts again may resume its relay subscription from there. It is shared like the
+//! receipts (every handle of the pair, on every machine that opens the same database, reads the
+//! same value). The harness only moves it forward ([`ReceiptStore::advance_watermark`]: two
+//! harnesses of the pair cannot undo each other's progress); an operator may set it to any time
+//! or clear it ([`ReceiptStore::set_watermark`]).
 
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -211,6 +221,15 @@ pub enum ImportOutcome {
     NotWritable(WriteRefusal),
 }
 
+/// What [`ReceiptStore::set_watermark`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatermarkOutcome {
+    /// The watermark is now the value asked for (or none, for a clear).
+    Written,
+    /// Nothing was written.
+    NotWritable(WriteRefusal),
+}
+
 /// One stored receipt with its key and the time it was last written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredReceipt {
@@ -360,6 +379,36 @@ pub trait ReceiptStore: Send + Sync + fmt::Debug {
     fn is_empty(&self) -> Result<bool, StoreError> {
         self.len().map(|n| n == 0)
     }
+
+    /// The watermark of this store's (relay, agent key): every mention created before it (unix
+    /// seconds) was settled by a harness of the pair. `None` when none was recorded, and from a
+    /// read-only store of a database older than the watermark (schema revision 2) or of a pair
+    /// that never wrote.
+    ///
+    /// # Errors
+    /// The store could not be read, or the stored value is unreadable
+    /// ([`StoreError::CorruptRow`]: negative).
+    fn watermark(&self) -> Result<Option<u64>, StoreError>;
+
+    /// Moves the watermark forward to `secs`; never back (a smaller value leaves it as it is, so
+    /// two harnesses of the pair cannot undo each other). One conditional statement, so
+    /// concurrent advances keep the largest. Returns the watermark stored after the call; `None`
+    /// from a store that cannot write (read-only, disabled).
+    ///
+    /// # Errors
+    /// [`StoreError::Invalid`] (nothing written) for `secs` past `i64::MAX`, which the column
+    /// cannot hold; otherwise the write did not happen (or, for [`StoreError::Unavailable`], may
+    /// have).
+    fn advance_watermark(&self, secs: u64) -> Result<Option<u64>, StoreError>;
+
+    /// Sets the watermark to `secs`, or clears it (`None`), whatever it was: the operator's
+    /// command, not the harness's (an earlier time makes the next harness of the pair resume from
+    /// there; a clear, from wherever it would without one).
+    ///
+    /// # Errors
+    /// [`StoreError::Invalid`] (nothing written) for `secs` past `i64::MAX`; otherwise the write
+    /// did not happen (or, for [`StoreError::Unavailable`], may have).
+    fn set_watermark(&self, secs: Option<u64>) -> Result<WatermarkOutcome, StoreError>;
 
     /// Bytes the backing medium occupies (files, or the tables on the server) for every scope it
     /// holds. For the benchmark.

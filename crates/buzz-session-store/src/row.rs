@@ -7,6 +7,7 @@
 //!               requested_permission_mode, standing_context_sent, delivered_event_ids,
 //!               last_used_ms, ext)
 //! buzz_receipt_forgets(scope_id, scope_key, forgotten_ms)          the tombstones
+//! buzz_receipt_scopes(id, relay, agent_pubkey, receipts, watermark_s)  one per (relay, agent key)
 //! ```
 //!
 //! `delivered_event_ids` is a JSON array of strings, or NULL when the receipt has no delivery
@@ -204,6 +205,34 @@ pub(crate) fn check_cap(max_receipts: usize) -> Result<(), StoreError> {
 pub(crate) fn excess_over_cap(count: i64, cap: usize) -> Option<i64> {
     let cap = i64::try_from(cap).unwrap_or(i64::MAX);
     (count > cap).then(|| count - cap)
+}
+
+/// How a watermark is named in errors: the column, for the store's (relay, agent key).
+const WATERMARK: &str = "buzz_receipt_scopes.watermark_s";
+
+/// A watermark as stored in `watermark_s` (a signed 64-bit column). A value past `i64::MAX` is
+/// refused, not wrapped or saturated: stored, it would say something else than was asked.
+pub(crate) fn watermark_to_sql(secs: u64) -> Result<i64, StoreError> {
+    i64::try_from(secs).map_err(|_| StoreError::Invalid {
+        key: WATERMARK.into(),
+        reason: format!(
+            "a watermark of {secs} s is past the largest storable time ({} s)",
+            i64::MAX
+        ),
+    })
+}
+
+/// A stored watermark. A negative value (never written by this crate) is reported as unreadable
+/// rather than read as some other time.
+pub(crate) fn watermark_from_sql(value: Option<i64>) -> Result<Option<u64>, StoreError> {
+    value
+        .map(|v| {
+            u64::try_from(v).map_err(|_| StoreError::CorruptRow {
+                key: WATERMARK.into(),
+                reason: format!("the watermark {v} is negative"),
+            })
+        })
+        .transpose()
 }
 
 /// Tombstones forgotten before this time may be purged when a forget runs at `now`.

@@ -16,12 +16,24 @@
 //! belong to, see `row.rs`) and the tombstone table `buzz_receipt_forgets`. The harness that
 //! predates it (line 1, revision 0) only accepts exactly line 1: bumping the line would make it
 //! refuse to start during a rolling upgrade, which is why the revision is a separate number.
+//!
+//! Revision 2 adds the nullable column `buzz_receipt_scopes.watermark_s` (SQLite `INTEGER`,
+//! PostgreSQL `BIGINT`): the watermark of the (relay, agent key), a unix time in seconds before
+//! which every mention was settled by a harness of the pair (see
+//! [`crate::ReceiptStore::watermark`]). NULL: none recorded. A harness at revision 1 never names
+//! the column, so it keeps registering its scope and writing receipts on a revision-2 database.
+//!
+//! A migration applies each missing revision in turn (0 → 1 → 2), in the transaction that holds
+//! the schema lock, and records the last one.
 
 /// The schema line this build reads and writes.
 pub(crate) const LINE: i64 = 1;
 
 /// The newest revision of [`LINE`] this build creates.
-pub(crate) const REVISION: i64 = 1;
+pub(crate) const REVISION: i64 = 2;
+
+/// The first revision that has `buzz_receipt_scopes.watermark_s`.
+pub(crate) const WATERMARK_REVISION: i64 = 2;
 
 /// Whether a store may write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,7 +22,9 @@
 //!
 //! Schema: `PRAGMA user_version` 1 is the schema line every harness of this series reads; an
 //! additive revision (see [`crate::schema`]) is recorded in `buzz_receipt_revision` and never
-//! changes `user_version`, so a harness that predates it keeps opening the database.
+//! changes `user_version`, so a harness that predates it keeps opening the database. The
+//! watermark (revision 2) is a column of the scope's row, `buzz_receipt_scopes.watermark_s`,
+//! written in the same `BEGIN IMMEDIATE` transactions as receipts.
 
 use std::fs::{self, OpenOptions};
 use std::io;
@@ -40,7 +42,7 @@ use crate::fsio;
 use crate::key::{KeyScheme, ScopeKey, StoreScope};
 use crate::receipt_store::{
     BackendKind, ChannelRemoval, CommitOutcome, Expect, ForgetOutcome, ImportOutcome, PutOutcome,
-    ReceiptStore, Removal, StoredReceipt, TurnCommit, UnixMillis, WriteRefusal,
+    ReceiptStore, Removal, StoredReceipt, TurnCommit, UnixMillis, WatermarkOutcome, WriteRefusal,
 };
 use crate::record::SessionRecord;
 use crate::row::{self, CommitColumns, CommitPlan, ImportSkip, LedgerColumns, Row, State};
@@ -105,6 +107,19 @@ CREATE TABLE buzz_receipt_revision (
 );
 INSERT INTO buzz_receipt_revision (singleton, revision) VALUES (1, 1);
 ";
+
+/// Revision 2, additive: the watermark of each (relay, agent key).
+const REVISION_2: &str = "
+ALTER TABLE buzz_receipt_scopes ADD COLUMN watermark_s INTEGER;
+UPDATE buzz_receipt_revision SET revision = 2;
+";
+
+/// The additive revisions in order, each with the operation its errors name: entry `n - 1`
+/// brings a database from revision `n - 1` to `n`. Its length is [`schema::REVISION`].
+const REVISIONS: [(&str, &str); schema::REVISION as usize] = [
+    (REVISION_1, "apply schema revision 1"),
+    (REVISION_2, "apply schema revision 2"),
+];
 
 /// Writes one receipt over whatever row the key has (`put`, and `import` over a row that is not
 /// live); bound by [`SqliteStore::upsert`].
@@ -750,6 +765,51 @@ impl ReceiptStore for SqliteStore {
         Ok(usize::try_from(count).unwrap_or(0))
     }
 
+    fn watermark(&self) -> Result<Option<u64>, StoreError> {
+        let Some(scope_id) = self.scope_id else {
+            return Ok(None);
+        };
+        if self.revision < schema::WATERMARK_REVISION {
+            return Ok(None);
+        }
+        let value: Option<i64> = self
+            .conn()
+            .prepare_cached("SELECT watermark_s FROM buzz_receipt_scopes WHERE id = ?1")
+            .and_then(|mut s| s.query_row(params![scope_id], |r| r.get(0)))
+            .map_err(self.err("read watermark"))?;
+        row::watermark_from_sql(value)
+    }
+
+    fn advance_watermark(&self, secs: u64) -> Result<Option<u64>, StoreError> {
+        let secs = row::watermark_to_sql(secs)?;
+        let stored = self.write("advance watermark", |tx, scope_id| {
+            let value: Option<i64> = tx
+                .prepare_cached(
+                    "UPDATE buzz_receipt_scopes SET watermark_s = max(coalesce(watermark_s, ?2), ?2)
+                     WHERE id = ?1 RETURNING watermark_s",
+                )
+                .and_then(|mut s| s.query_row(params![scope_id, secs], |r| r.get(0)))
+                .map_err(self.err("advance watermark"))?;
+            row::watermark_from_sql(value)
+        })?;
+        Ok(stored.flatten())
+    }
+
+    fn set_watermark(&self, secs: Option<u64>) -> Result<WatermarkOutcome, StoreError> {
+        let secs = secs.map(row::watermark_to_sql).transpose()?;
+        let written = self.write("set watermark", |tx, scope_id| {
+            // RETURNING: a scope row that is not there is an error, not a write.
+            tx.prepare_cached(
+                "UPDATE buzz_receipt_scopes SET watermark_s = ?2 WHERE id = ?1
+                 RETURNING watermark_s",
+            )
+            .and_then(|mut s| s.query_row(params![scope_id, secs], |r| r.get::<_, Option<i64>>(0)))
+            .map_err(self.err("set watermark"))?;
+            Ok(WatermarkOutcome::Written)
+        })?;
+        Ok(written.unwrap_or(WatermarkOutcome::NotWritable(WriteRefusal::ReadOnly)))
+    }
+
     fn storage_bytes(&self) -> Result<u64, StoreError> {
         let mut total = 0;
         for suffix in ["", "-wal", "-shm"] {
@@ -901,12 +961,16 @@ fn migrate_schema(tx: &Transaction<'_>, path: &Path) -> Result<i64, StoreError> 
             });
         }
     }
-    let revision = revision_of(tx).map_err(err("read schema revision"))?;
-    if revision < schema::REVISION {
-        tx.execute_batch(REVISION_1)
-            .map_err(err("apply schema revision 1"))?;
-        tracing::info!(path = %path.display(), revision = schema::REVISION, "session store: applied an additive schema revision");
-        return Ok(schema::REVISION);
+    let found = revision_of(tx).map_err(err("read schema revision"))?;
+    let mut revision = found;
+    for (step, (sql, op)) in (1..).zip(REVISIONS) {
+        if revision < step {
+            tx.execute_batch(sql).map_err(err(op))?;
+            revision = step;
+        }
+    }
+    if revision > found {
+        tracing::info!(path = %path.display(), from = found, revision, "session store: applied additive schema revisions");
     }
     Ok(revision)
 }

@@ -226,10 +226,13 @@ fn a_revision_0_database_is_migrated_and_the_old_harness_keeps_working_beside_it
     let reader = PgStore::open_read_only(&url, scope(), KeyScheme::Scope).unwrap();
     assert_eq!(reader.revision(), 0);
     assert_eq!(reader.get(&thread(1)).unwrap().unwrap().session_id, "s-1");
+    assert_eq!(reader.watermark().unwrap(), None);
     drop(reader);
 
     let new = PgStore::open(&url, scope(), KeyScheme::Scope, 10).unwrap();
-    assert_eq!(new.revision(), 1);
+    assert_eq!(new.revision(), 2, "revision 1, then 2");
+    assert_eq!(recorded_revision(&mut old), 2);
+    assert_eq!(new.watermark().unwrap(), None);
     let version: i64 = old
         .query_one("SELECT version FROM buzz_receipt_schema", &[])
         .unwrap()
@@ -258,4 +261,163 @@ fn a_revision_0_database_is_migrated_and_the_old_harness_keeps_working_beside_it
         CommitOutcome::Written
     );
     assert_eq!(new.get(&thread(1)).unwrap().unwrap().turns, Some(1));
+}
+
+/// What the revision-1 harness added to [`OLD_SCHEMA`] when it migrated a database.
+const REVISION_1_ADDITIONS: &str = r#"
+ALTER TABLE buzz_receipt_schema ADD COLUMN revision BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE buzz_receipts ADD COLUMN ext TEXT;
+CREATE TABLE buzz_receipt_forgets (
+    scope_id BIGINT NOT NULL REFERENCES buzz_receipt_scopes (id),
+    scope_key TEXT COLLATE "C" NOT NULL, forgotten_ms BIGINT NOT NULL,
+    PRIMARY KEY (scope_id, scope_key));
+UPDATE buzz_receipt_schema SET revision = 1;
+"#;
+
+/// The revision-1 harness's upsert of a receipt (every column it knows, `ext` included).
+const REVISION_1_UPSERT: &str = "INSERT INTO buzz_receipts (scope_id, scope_key, session_id,
+         model, permission_mode, requested_model, requested_permission_mode,
+         standing_context_sent, delivered_event_ids, last_used_ms, ext)
+     VALUES ($1, $2, $3, NULL, NULL, NULL, NULL, FALSE, NULL, $4, $5)
+     ON CONFLICT (scope_id, scope_key) DO UPDATE SET
+         session_id = excluded.session_id, model = excluded.model,
+         permission_mode = excluded.permission_mode,
+         requested_model = excluded.requested_model,
+         requested_permission_mode = excluded.requested_permission_mode,
+         standing_context_sent = excluded.standing_context_sent,
+         delivered_event_ids = excluded.delivered_event_ids,
+         last_used_ms = excluded.last_used_ms, ext = excluded.ext";
+
+/// The revision-1 harness's statements that touch the scope row: registering it at open, and
+/// locking and setting its receipt count around every insert and delete.
+const REVISION_1_REGISTER: &str = "INSERT INTO buzz_receipt_scopes (relay, agent_pubkey)
+     VALUES ($1, $2) ON CONFLICT (relay, agent_pubkey) DO NOTHING";
+const REVISION_1_SCOPE_ID: &str =
+    "SELECT id FROM buzz_receipt_scopes WHERE relay = $1 AND agent_pubkey = $2";
+const REVISION_1_LOCK_COUNT: &str =
+    "SELECT receipts FROM buzz_receipt_scopes WHERE id = $1 FOR UPDATE";
+const REVISION_1_SET_COUNT: &str = "UPDATE buzz_receipt_scopes SET receipts = $2 WHERE id = $1";
+
+/// A revision-1 harness's connection, with its statements prepared (as a running one holds them).
+struct Revision1 {
+    client: postgres::Client,
+    register: postgres::Statement,
+    scope_id: postgres::Statement,
+    lock_count: postgres::Statement,
+    set_count: postgres::Statement,
+    upsert: postgres::Statement,
+}
+
+impl Revision1 {
+    fn connect(url: &str) -> Self {
+        let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+        let register = client.prepare(REVISION_1_REGISTER).unwrap();
+        let scope_id = client.prepare(REVISION_1_SCOPE_ID).unwrap();
+        let lock_count = client.prepare(REVISION_1_LOCK_COUNT).unwrap();
+        let set_count = client.prepare(REVISION_1_SET_COUNT).unwrap();
+        let upsert = client.prepare(REVISION_1_UPSERT).unwrap();
+        Self {
+            client,
+            register,
+            scope_id,
+            lock_count,
+            set_count,
+            upsert,
+        }
+    }
+
+    fn register(&mut self) -> i64 {
+        let (relay, agent) = (scope().relay, scope().agent_pubkey);
+        self.client
+            .execute(&self.register, &[&relay, &agent])
+            .unwrap();
+        self.client
+            .query_one(&self.scope_id, &[&relay, &agent])
+            .unwrap()
+            .get(0)
+    }
+
+    /// A put of a new or replaced receipt as that harness ran it: counter locked first.
+    fn put(&mut self, scope_id: i64, session: &str, used: i64, new_key: bool) {
+        let ext = format!(r#"{{"sessionId":"{session}","turns":7}}"#);
+        let mut tx = self.client.transaction().unwrap();
+        let count: i64 = tx.query_one(&self.lock_count, &[&scope_id]).unwrap().get(0);
+        tx.execute(
+            &self.upsert,
+            &[
+                &scope_id,
+                &thread(1).to_storage_key(),
+                &session,
+                &used,
+                &ext,
+            ],
+        )
+        .unwrap();
+        if new_key {
+            tx.execute(&self.set_count, &[&scope_id, &(count + 1)])
+                .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+}
+
+fn recorded_revision(client: &mut postgres::Client) -> i64 {
+    client
+        .query_one("SELECT revision FROM buzz_receipt_schema", &[])
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn a_revision_1_database_is_migrated_to_2_and_the_revision_1_harness_keeps_working_beside_it() {
+    let Some(m) = medium() else { return };
+    let url = pg_url(&m);
+    {
+        let mut setup = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        setup.batch_execute(OLD_SCHEMA).unwrap();
+        setup.batch_execute(REVISION_1_ADDITIONS).unwrap();
+    }
+    let mut old = Revision1::connect(&url);
+    let scope_id = old.register();
+    old.put(scope_id, "s-1", 1, true);
+
+    // A reader before the upgrade reads the receipt, and no watermark (there is no column yet).
+    let reader = PgStore::open_read_only(&url, scope(), KeyScheme::Scope).unwrap();
+    assert_eq!(reader.revision(), 1);
+    assert_eq!(reader.get(&thread(1)).unwrap().unwrap().turns, Some(7));
+    assert_eq!(reader.watermark().unwrap(), None);
+    assert_eq!(reader.advance_watermark(5).unwrap(), None);
+    drop(reader);
+    assert_eq!(
+        recorded_revision(&mut old.client),
+        1,
+        "a read-only open migrates nothing"
+    );
+
+    let new = PgStore::open(&url, scope(), KeyScheme::Scope, 10).unwrap();
+    assert_eq!(new.revision(), 2);
+    assert_eq!(recorded_revision(&mut old.client), 2);
+    let read = new.get(&thread(1)).unwrap().unwrap();
+    assert_eq!((read.session_id.as_str(), read.turns), ("s-1", Some(7)));
+    assert_eq!(new.len().unwrap(), 1);
+    assert_eq!(new.watermark().unwrap(), None);
+    assert_eq!(new.advance_watermark(100).unwrap(), Some(100));
+
+    // The revision-1 harness, beside it, with the statements it prepared before the migration:
+    // it starts again (registers its scope) and writes receipts; none of its statements names
+    // the watermark, so they leave it as it is.
+    assert_eq!(old.register(), scope_id);
+    old.put(scope_id, "s-2", 3, false);
+    assert_eq!(new.get(&thread(1)).unwrap().unwrap().session_id, "s-2");
+    assert_eq!(new.watermark().unwrap(), Some(100));
+    assert_eq!(new.len().unwrap(), 1);
+    let reader = PgStore::open_read_only(&url, scope(), KeyScheme::Scope).unwrap();
+    assert_eq!(reader.revision(), 2);
+    assert_eq!(reader.watermark().unwrap(), Some(100));
+    drop(reader);
+    // Opening a migrated database again migrates nothing.
+    drop(new);
+    let again = PgStore::open(&url, scope(), KeyScheme::Scope, 10).unwrap();
+    assert_eq!(again.revision(), 2);
+    assert_eq!(again.watermark().unwrap(), Some(100));
 }

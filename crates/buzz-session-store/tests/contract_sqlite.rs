@@ -272,10 +272,13 @@ fn a_revision_0_database_is_migrated_and_the_old_harness_keeps_working_beside_it
     let reader = SqliteStore::open_read_only(&path, scope(), KeyScheme::Scope).unwrap();
     assert_eq!(reader.revision(), 0);
     assert_eq!(reader.get(&thread(1)).unwrap().unwrap().session_id, "s-1");
+    assert_eq!(reader.watermark().unwrap(), None);
     drop(reader);
 
     let new = open(&path).unwrap();
-    assert_eq!(new.revision(), 1);
+    assert_eq!(new.revision(), 2, "revision 1, then 2");
+    assert_eq!(recorded_revision(&old), 2);
+    assert_eq!(new.watermark().unwrap(), None);
     assert!(old_harness_accepts(&old), "the old harness still opens it");
     let read = new.get(&thread(1)).unwrap().unwrap();
     assert_eq!(read.session_id, "s-1");
@@ -308,6 +311,142 @@ fn a_revision_0_database_is_migrated_and_the_old_harness_keeps_working_beside_it
     assert_eq!(read.turns, Some(1));
     assert!(read.delivery.unwrap().standing_context_sent);
     new.integrity_check().unwrap();
+}
+
+/// What the revision-1 harness added to [`OLD_SCHEMA`] when it migrated a database.
+const REVISION_1_ADDITIONS: &str = "
+ALTER TABLE buzz_receipts ADD COLUMN ext TEXT;
+CREATE TABLE buzz_receipt_forgets (
+    scope_id INTEGER NOT NULL REFERENCES buzz_receipt_scopes (id),
+    scope_key TEXT NOT NULL, forgotten_ms INTEGER NOT NULL, PRIMARY KEY (scope_id, scope_key));
+CREATE TABLE buzz_receipt_revision (
+    singleton INTEGER PRIMARY KEY CHECK (singleton = 1), revision INTEGER NOT NULL);
+INSERT INTO buzz_receipt_revision (singleton, revision) VALUES (1, 1);
+";
+
+/// The revision-1 harness's upsert of a receipt (every column it knows, `ext` included).
+const REVISION_1_UPSERT: &str = "INSERT INTO buzz_receipts (scope_id, scope_key, session_id,
+         model, permission_mode, requested_model, requested_permission_mode,
+         standing_context_sent, delivered_event_ids, last_used_ms, ext)
+     VALUES (?1, ?2, ?3, NULL, NULL, NULL, NULL, 0, NULL, ?4, ?5)
+     ON CONFLICT (scope_id, scope_key) DO UPDATE SET
+         session_id = excluded.session_id, model = excluded.model,
+         permission_mode = excluded.permission_mode,
+         requested_model = excluded.requested_model,
+         requested_permission_mode = excluded.requested_permission_mode,
+         standing_context_sent = excluded.standing_context_sent,
+         delivered_event_ids = excluded.delivered_event_ids,
+         last_used_ms = excluded.last_used_ms, ext = excluded.ext";
+
+/// What the revision-1 harness runs at open to register its scope; returns the scope id.
+fn revision_1_register(conn: &rusqlite::Connection) -> i64 {
+    conn.execute(
+        "INSERT INTO buzz_receipt_scopes (relay, agent_pubkey) VALUES (?1, ?2)
+         ON CONFLICT (relay, agent_pubkey) DO NOTHING",
+        rusqlite::params![scope().relay, scope().agent_pubkey],
+    )
+    .unwrap();
+    let id: i64 = conn
+        .query_row(
+            "SELECT id FROM buzz_receipt_scopes WHERE relay = ?1 AND agent_pubkey = ?2",
+            rusqlite::params![scope().relay, scope().agent_pubkey],
+            |r| r.get(0),
+        )
+        .unwrap();
+    conn.execute(
+        "UPDATE buzz_receipt_scopes
+         SET receipts = (SELECT count(*) FROM buzz_receipts WHERE scope_id = ?1) WHERE id = ?1",
+        rusqlite::params![id],
+    )
+    .unwrap();
+    id
+}
+
+fn revision_1_put(conn: &rusqlite::Connection, scope_id: i64, session: &str, used: i64) {
+    let ext = format!(r#"{{"sessionId":"{session}","turns":7}}"#);
+    conn.execute(
+        REVISION_1_UPSERT,
+        rusqlite::params![scope_id, thread(1).to_storage_key(), session, used, ext],
+    )
+    .unwrap();
+}
+
+fn recorded_revision(conn: &rusqlite::Connection) -> i64 {
+    conn.query_row("SELECT revision FROM buzz_receipt_revision", [], |r| {
+        r.get(0)
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_revision_1_database_is_migrated_to_2_and_the_revision_1_harness_keeps_working_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(dir.path());
+    let old = rusqlite::Connection::open(&path).unwrap();
+    old.execute_batch(OLD_SCHEMA).unwrap();
+    old.execute_batch(REVISION_1_ADDITIONS).unwrap();
+    let scope_id = revision_1_register(&old);
+    revision_1_put(&old, scope_id, "s-1", 1);
+    revision_1_register(&old);
+
+    // A reader before the upgrade reads the receipt, and no watermark (there is no column yet).
+    let reader = SqliteStore::open_read_only(&path, scope(), KeyScheme::Scope).unwrap();
+    assert_eq!(reader.revision(), 1);
+    assert_eq!(reader.get(&thread(1)).unwrap().unwrap().turns, Some(7));
+    assert_eq!(reader.watermark().unwrap(), None);
+    assert_eq!(reader.advance_watermark(5).unwrap(), None);
+    drop(reader);
+    assert_eq!(
+        recorded_revision(&old),
+        1,
+        "a read-only open migrates nothing"
+    );
+
+    let new = open(&path).unwrap();
+    assert_eq!(new.revision(), 2);
+    assert_eq!(recorded_revision(&old), 2);
+    assert!(old_harness_accepts(&old), "the schema line is still 1");
+    let read = new.get(&thread(1)).unwrap().unwrap();
+    assert_eq!((read.session_id.as_str(), read.turns), ("s-1", Some(7)));
+    assert_eq!(new.len().unwrap(), 1);
+    assert_eq!(new.watermark().unwrap(), None);
+    assert_eq!(new.advance_watermark(100).unwrap(), Some(100));
+
+    // The revision-1 harness, beside it: it starts (registers its scope) and writes receipts with
+    // its own statements, which never name the watermark, so they leave it as it is.
+    revision_1_register(&old);
+    revision_1_put(&old, scope_id, "s-2", 3);
+    assert_eq!(new.get(&thread(1)).unwrap().unwrap().session_id, "s-2");
+    assert_eq!(new.watermark().unwrap(), Some(100));
+    assert_eq!(new.len().unwrap(), 1);
+    let reader = SqliteStore::open_read_only(&path, scope(), KeyScheme::Scope).unwrap();
+    assert_eq!(reader.revision(), 2);
+    assert_eq!(reader.watermark().unwrap(), Some(100));
+    drop(reader);
+    // Opening a migrated database again migrates nothing.
+    drop(new);
+    let again = open(&path).unwrap();
+    assert_eq!(again.revision(), 2);
+    assert_eq!(again.watermark().unwrap(), Some(100));
+    again.integrity_check().unwrap();
+}
+
+#[test]
+fn a_negative_watermark_written_by_hand_is_reported_not_read_as_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(dir.path());
+    let store = open(&path).unwrap();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute("UPDATE buzz_receipt_scopes SET watermark_s = -5", [])
+            .unwrap();
+    }
+    let err = store.watermark().unwrap_err();
+    assert!(matches!(err, StoreError::CorruptRow { .. }), "{err:?}");
+    assert!(err.to_string().contains("watermark"), "{err}");
+    // The operator's set replaces it.
+    store.set_watermark(Some(5)).unwrap();
+    assert_eq!(store.watermark().unwrap(), Some(5));
 }
 
 #[test]

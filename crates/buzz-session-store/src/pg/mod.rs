@@ -8,6 +8,8 @@
 //!
 //! * Conditional writes read the key's receipt row `FOR UPDATE` (and its tombstone), decide in the
 //!   functional core (`row.rs`), and write guarded by the session id.
+//! * The watermark is a column of the scope's row (`watermark_s`, schema revision 2): an advance
+//!   is one `UPDATE … GREATEST(…) RETURNING`, so concurrent advances keep the largest.
 //! * Operations that add or delete receipts lock the scope's counter row first, so they serialise
 //!   per (relay, agent key) and always take locks in the same order (counter, then receipts): no
 //!   deadlock between them. A per-turn commit locks only its own row. A serialization failure
@@ -51,11 +53,11 @@ use crate::error::StoreError;
 use crate::key::{KeyScheme, ScopeKey, StoreScope};
 use crate::receipt_store::{
     BackendKind, ChannelRemoval, CommitOutcome, Expect, ForgetOutcome, ImportOutcome, PutOutcome,
-    ReceiptStore, Removal, StoredReceipt, TurnCommit, UnixMillis, WriteRefusal,
+    ReceiptStore, Removal, StoredReceipt, TurnCommit, UnixMillis, WatermarkOutcome, WriteRefusal,
 };
 use crate::record::SessionRecord;
 use crate::row::{self, CommitPlan, Row};
-use crate::schema::Access;
+use crate::schema::{Access, WATERMARK_REVISION};
 
 use connection::{Connection, Link};
 use import::import_rows;
@@ -570,6 +572,75 @@ impl ReceiptStore for PgStore {
             },
         )?;
         Ok(usize::try_from(count).unwrap_or(0))
+    }
+
+    fn watermark(&self) -> Result<Option<u64>, StoreError> {
+        if self.revision < WATERMARK_REVISION {
+            return Ok(None);
+        }
+        let value: Option<i64> = self.call(
+            "read watermark",
+            self.options.call_timeout,
+            async |link: &mut Link| {
+                link.read("read watermark", async |db| {
+                    let Some(scope_id) = db.scope_id else {
+                        return Ok(None);
+                    };
+                    let row = db
+                        .query_one(
+                            "SELECT watermark_s FROM buzz_receipt_scopes WHERE id = $1",
+                            &[&scope_id],
+                        )
+                        .await?;
+                    row.try_get(0).map_err(db.error())
+                })
+                .await
+            },
+        )?;
+        row::watermark_from_sql(value)
+    }
+
+    fn advance_watermark(&self, secs: u64) -> Result<Option<u64>, StoreError> {
+        let secs = row::watermark_to_sql(secs)?;
+        let value: Option<i64> =
+            self.write_call("advance watermark", None, async move |link: &mut Link| {
+                link.write("advance watermark", async |db| {
+                    let scope_id = db.scope()?;
+                    let row = db
+                        .query_one(
+                            "UPDATE buzz_receipt_scopes
+                             SET watermark_s = GREATEST(COALESCE(watermark_s, $2), $2)
+                             WHERE id = $1 RETURNING watermark_s",
+                            &[&scope_id, &secs],
+                        )
+                        .await?;
+                    row.try_get(0).map_err(db.error())
+                })
+                .await
+            })?;
+        row::watermark_from_sql(value)
+    }
+
+    fn set_watermark(&self, secs: Option<u64>) -> Result<WatermarkOutcome, StoreError> {
+        let secs = secs.map(row::watermark_to_sql).transpose()?;
+        self.write_call(
+            "set watermark",
+            WatermarkOutcome::NotWritable(WriteRefusal::ReadOnly),
+            async move |link: &mut Link| {
+                link.write("set watermark", async |db| {
+                    let scope_id = db.scope()?;
+                    // RETURNING: a scope row that is not there is an error, not a write.
+                    db.query_one(
+                        "UPDATE buzz_receipt_scopes SET watermark_s = $2 WHERE id = $1
+                         RETURNING watermark_s",
+                        &[&scope_id, &secs],
+                    )
+                    .await?;
+                    Ok(WatermarkOutcome::Written)
+                })
+                .await
+            },
+        )
     }
 
     fn storage_bytes(&self) -> Result<u64, StoreError> {

@@ -55,6 +55,16 @@ CREATE TABLE IF NOT EXISTS buzz_receipt_forgets (
 UPDATE buzz_receipt_schema SET revision = 1;
 "#;
 
+/// Revision 2, additive (see [`crate::schema`]): the watermark of each (relay, agent key).
+const REVISION_2: &str = r#"
+ALTER TABLE buzz_receipt_scopes ADD COLUMN IF NOT EXISTS watermark_s BIGINT;
+UPDATE buzz_receipt_schema SET revision = 2;
+"#;
+
+/// The additive revisions in order: entry `n - 1` brings a database from revision `n - 1` to
+/// `n`. Its length is [`schema::REVISION`].
+const REVISIONS: [&str; schema::REVISION as usize] = [REVISION_1, REVISION_2];
+
 /// What the connection thread learnt at open.
 pub(super) struct Opening {
     pub(super) revision: i64,
@@ -155,14 +165,16 @@ async fn migrate_schema(db: &mut Db<'_, Transaction<'_>>, target: &str) -> Resul
             });
         }
     }
-    let revision = revision_of(db).await?;
-    if revision < schema::REVISION {
-        db.client
-            .batch_execute(REVISION_1)
-            .await
-            .map_err(db.error())?;
-        tracing::info!(target = %target, revision = schema::REVISION, "session store: applied an additive schema revision");
-        return Ok(schema::REVISION);
+    let found = revision_of(db).await?;
+    let mut revision = found;
+    for (step, sql) in (1..).zip(REVISIONS) {
+        if revision < step {
+            db.client.batch_execute(sql).await.map_err(db.error())?;
+            revision = step;
+        }
+    }
+    if revision > found {
+        tracing::info!(target = %target, from = found, revision, "session store: applied additive schema revisions");
     }
     Ok(revision)
 }

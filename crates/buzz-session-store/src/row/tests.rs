@@ -320,3 +320,19 @@ fn a_channel_range_holds_its_threads_and_no_other_channel() {
         }
     }
 }
+
+#[test]
+fn watermarks_past_the_column_are_refused_and_negative_ones_are_unreadable() {
+    assert_eq!(watermark_to_sql(0).unwrap(), 0);
+    let largest = u64::try_from(i64::MAX).unwrap();
+    assert_eq!(watermark_to_sql(largest).unwrap(), i64::MAX);
+    for secs in [largest + 1, u64::MAX] {
+        let err = watermark_to_sql(secs).unwrap_err();
+        assert!(matches!(err, StoreError::Invalid { .. }), "{err:?}");
+        assert!(err.to_string().contains(&secs.to_string()), "{err}");
+    }
+    assert_eq!(watermark_from_sql(None).unwrap(), None);
+    assert_eq!(watermark_from_sql(Some(7)).unwrap(), Some(7));
+    let err = watermark_from_sql(Some(-1)).unwrap_err();
+    assert!(matches!(err, StoreError::CorruptRow { .. }), "{err:?}");
+}

@@ -16,8 +16,8 @@ use buzz_session_store::{
     Backend, ChannelRemoval, CommitOutcome, DeliveryRecord, Expect, ForgetOutcome, Handoff,
     ImportOutcome, KeyScheme, MAX_HANDOFF_TEXT_BYTES, Migration, OpenMode, Opened, PutOutcome,
     ReceiptStore, Removal, Retirement, ScopeKey, SessionRecord, StoreConfig, StoreError,
-    StoreScope, StoredReceipt, TOMBSTONE_RETENTION, TurnCommit, UnixMillis, Usage, WriteRefusal,
-    open_backend, open_with_report, rules, store_scopes,
+    StoreScope, StoredReceipt, TOMBSTONE_RETENTION, TurnCommit, UnixMillis, Usage,
+    WatermarkOutcome, WriteRefusal, open_backend, open_with_report, rules, store_scopes,
 };
 use serde_json::json;
 
@@ -1227,6 +1227,236 @@ pub fn a_read_only_open_creates_nothing_and_writes_nothing(m: &Medium) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The watermark of a (relay, agent key)
+// ---------------------------------------------------------------------------------------------
+
+/// The first value the watermark column cannot hold.
+fn past_the_column() -> u64 {
+    u64::try_from(i64::MAX).unwrap() + 1
+}
+
+fn assert_invalid<T: std::fmt::Debug>(answer: Result<T, StoreError>) {
+    match answer {
+        Err(e @ StoreError::Invalid { .. }) => {
+            assert!(e.to_string().contains("watermark"), "{e}");
+        }
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+}
+
+pub fn a_new_store_has_no_watermark(m: &Medium) {
+    let store = m.open();
+    assert_eq!(store.watermark().unwrap(), None);
+    put_new(store.as_ref(), &thread(1), "s", 1);
+    assert_eq!(store.watermark().unwrap(), None, "receipts do not set it");
+    drop(store);
+    assert_eq!(m.open().watermark().unwrap(), None, "nor does reopening");
+}
+
+pub fn the_watermark_moves_forward_and_never_back(m: &Medium) {
+    let store = m.open();
+    assert_eq!(store.advance_watermark(1_000).unwrap(), Some(1_000));
+    assert_eq!(store.watermark().unwrap(), Some(1_000));
+    for smaller in [999, 1, 0] {
+        assert_eq!(
+            store.advance_watermark(smaller).unwrap(),
+            Some(1_000),
+            "never back ({smaller})"
+        );
+    }
+    assert_eq!(store.advance_watermark(1_000).unwrap(), Some(1_000));
+    assert_eq!(
+        store.advance_watermark(1_700_000_000).unwrap(),
+        Some(1_700_000_000)
+    );
+    assert_eq!(store.watermark().unwrap(), Some(1_700_000_000));
+    // Receipt writes, forgets and channel removals leave it as it is.
+    put_new(store.as_ref(), &thread(1), "s-1", 5);
+    store
+        .commit_turn(&thread(1), &commit("s-1", &["e"], 1), UnixMillis(6))
+        .unwrap();
+    store
+        .forget(&thread(2), &Expect::Absent, UnixMillis(7))
+        .unwrap();
+    store.remove_channel(CHANNEL, UnixMillis(8)).unwrap();
+    assert_eq!(store.watermark().unwrap(), Some(1_700_000_000));
+    // The largest storable time is stored as it is.
+    let largest = past_the_column() - 1;
+    assert_eq!(store.advance_watermark(largest).unwrap(), Some(largest));
+    assert_eq!(store.watermark().unwrap(), Some(largest));
+}
+
+pub fn set_watermark_overrides_and_clears(m: &Medium) {
+    let store = m.open();
+    assert_eq!(
+        store.set_watermark(Some(2_000)).unwrap(),
+        WatermarkOutcome::Written,
+        "a set with none recorded"
+    );
+    assert_eq!(store.watermark().unwrap(), Some(2_000));
+    assert_eq!(
+        store.set_watermark(Some(500)).unwrap(),
+        WatermarkOutcome::Written,
+        "a set goes back too"
+    );
+    assert_eq!(store.watermark().unwrap(), Some(500));
+    assert_eq!(store.advance_watermark(400).unwrap(), Some(500));
+    assert_eq!(
+        store.set_watermark(None).unwrap(),
+        WatermarkOutcome::Written
+    );
+    assert_eq!(store.watermark().unwrap(), None);
+    assert_eq!(
+        store.set_watermark(None).unwrap(),
+        WatermarkOutcome::Written,
+        "clearing none is no error"
+    );
+    assert_eq!(
+        store.advance_watermark(10).unwrap(),
+        Some(10),
+        "after a clear any time moves it"
+    );
+    assert_eq!(m.open().watermark().unwrap(), Some(10));
+}
+
+pub fn watermarks_past_the_largest_storable_time_are_refused(m: &Medium) {
+    let store = m.open();
+    store.advance_watermark(100).unwrap();
+    for secs in [past_the_column(), u64::MAX] {
+        assert_invalid(store.advance_watermark(secs));
+        assert_invalid(store.set_watermark(Some(secs)));
+    }
+    assert_eq!(store.watermark().unwrap(), Some(100), "nothing written");
+}
+
+pub fn watermarks_are_isolated_by_relay_and_by_agent_key(m: &Medium) {
+    let other_agent = StoreScope {
+        relay: RELAY.into(),
+        agent_pubkey: "cd".repeat(32),
+    };
+    let other_relay = StoreScope {
+        relay: OTHER_RELAY.into(),
+        agent_pubkey: pubkey(),
+    };
+    let ours = m.open();
+    let theirs_agent = m.open_scope(other_agent, KeyScheme::Scope, 10);
+    let theirs_relay = m.open_scope(other_relay, KeyScheme::Scope, 10);
+    assert_eq!(ours.advance_watermark(300).unwrap(), Some(300));
+    assert_eq!(theirs_agent.watermark().unwrap(), None);
+    assert_eq!(theirs_relay.watermark().unwrap(), None);
+    assert_eq!(
+        theirs_agent.advance_watermark(100).unwrap(),
+        Some(100),
+        "not held back by another pair's larger watermark"
+    );
+    assert_eq!(theirs_relay.advance_watermark(900).unwrap(), Some(900));
+    assert_eq!(ours.watermark().unwrap(), Some(300));
+    theirs_relay.set_watermark(None).unwrap();
+    ours.set_watermark(Some(50)).unwrap();
+    assert_eq!(ours.watermark().unwrap(), Some(50));
+    assert_eq!(theirs_agent.watermark().unwrap(), Some(100));
+    assert_eq!(theirs_relay.watermark().unwrap(), None);
+}
+
+pub fn every_handle_of_the_pair_shares_the_watermark(m: &Medium) {
+    // Two handles of one pair: two harnesses, or two machines sharing the database.
+    let a = m.open();
+    let b = m.open();
+    assert_eq!(a.advance_watermark(500).unwrap(), Some(500));
+    assert_eq!(b.watermark().unwrap(), Some(500));
+    assert_eq!(
+        b.advance_watermark(400).unwrap(),
+        Some(500),
+        "a handle behind the other does not undo its progress"
+    );
+    assert_eq!(b.advance_watermark(600).unwrap(), Some(600));
+    assert_eq!(a.watermark().unwrap(), Some(600));
+    b.set_watermark(Some(50)).unwrap();
+    assert_eq!(a.watermark().unwrap(), Some(50), "the operator's set too");
+    drop(a);
+    drop(b);
+    // The key scheme is not part of the pair: a handle of the other scheme shares it.
+    let channel = m.open_scope(scope(), KeyScheme::Channel, 10);
+    assert_eq!(channel.watermark().unwrap(), Some(50));
+}
+
+pub fn concurrent_advances_keep_the_largest(m: &Medium) {
+    const WRITERS: u64 = 4;
+    const EACH: u64 = 25;
+    let handles: Vec<Arc<dyn ReceiptStore>> =
+        (0..2).map(|_| Arc::from(m.open_with_cap(100))).collect();
+    std::thread::scope(|s| {
+        for w in 0..WRITERS {
+            let store = Arc::clone(&handles[usize::try_from(w % 2).unwrap()]);
+            s.spawn(move || {
+                for i in 0..EACH {
+                    // Interleaved and out of order across writers.
+                    let secs = 1_000 + (i * WRITERS + w) * 337 % 1_000;
+                    let stored = store.advance_watermark(secs).unwrap().unwrap();
+                    assert!(stored >= secs, "{stored} < {secs}");
+                }
+            });
+        }
+    });
+    let largest = (0..WRITERS)
+        .flat_map(|w| (0..EACH).map(move |i| 1_000 + (i * WRITERS + w) * 337 % 1_000))
+        .max();
+    assert_eq!(handles[0].watermark().unwrap(), largest);
+    assert_eq!(handles[1].watermark().unwrap(), largest);
+}
+
+pub fn a_read_only_open_sees_the_watermark_and_writes_none(m: &Medium) {
+    let writer = m.open();
+    writer.advance_watermark(1_234).unwrap();
+    let reader = open_backend(
+        &m.backend,
+        scope(),
+        KeyScheme::Scope,
+        10,
+        OpenMode::ReadOnly,
+    )
+    .unwrap();
+    assert_eq!(reader.watermark().unwrap(), Some(1_234));
+    assert_eq!(
+        reader.advance_watermark(2_000).unwrap(),
+        None,
+        "nothing stored"
+    );
+    for secs in [Some(1), None] {
+        assert_eq!(
+            reader.set_watermark(secs).unwrap(),
+            WatermarkOutcome::NotWritable(WriteRefusal::ReadOnly)
+        );
+    }
+    assert_invalid(reader.advance_watermark(past_the_column()));
+    assert_eq!(writer.watermark().unwrap(), Some(1_234));
+    // Every read is fresh.
+    writer.advance_watermark(1_500).unwrap();
+    assert_eq!(reader.watermark().unwrap(), Some(1_500));
+    // A pair that never wrote has none, and is not registered by reading.
+    let stranger = StoreScope {
+        relay: "wss://never.example".into(),
+        agent_pubkey: pubkey(),
+    };
+    let empty = open_backend(
+        &m.backend,
+        stranger.clone(),
+        KeyScheme::Scope,
+        10,
+        OpenMode::ReadOnly,
+    )
+    .unwrap();
+    assert_eq!(empty.watermark().unwrap(), None);
+    assert_eq!(empty.advance_watermark(5).unwrap(), None);
+    assert!(
+        !store_scopes(&m.backend)
+            .unwrap()
+            .iter()
+            .any(|(s, _)| *s == stranger)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Import and JSON migration
 // ---------------------------------------------------------------------------------------------
 
@@ -1594,6 +1824,14 @@ macro_rules! contract_tests {
             the_cap_evicts_the_least_recently_used_and_never_refuses,
             a_lower_cap_on_reopen_evicts_down_to_it_on_the_next_new_receipt,
             a_read_only_open_creates_nothing_and_writes_nothing,
+            a_new_store_has_no_watermark,
+            the_watermark_moves_forward_and_never_back,
+            set_watermark_overrides_and_clears,
+            watermarks_past_the_largest_storable_time_are_refused,
+            watermarks_are_isolated_by_relay_and_by_agent_key,
+            every_handle_of_the_pair_shares_the_watermark,
+            concurrent_advances_keep_the_largest,
+            a_read_only_open_sees_the_watermark_and_writes_none,
             import_inserts_only_missing_keys_and_keeps_their_time,
             json_stores_of_both_formats_are_imported_once_and_kept_as_backup,
             json_stores_that_are_not_ours_are_left_untouched,
