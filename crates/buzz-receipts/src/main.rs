@@ -11,10 +11,14 @@
 //! buzz-receipts forget SCOPE | --channel ID | --older-than DUR [--dry-run]
 //! buzz-receipts export > receipts.jsonl          one JSON object per receipt
 //! buzz-receipts import < receipts.jsonl          keys that have a receipt keep it
+//! buzz-receipts watermark show [--json]          per store scope: RFC 3339 UTC and unix seconds
+//! buzz-receipts watermark set TIME               RFC 3339, unix seconds, or a duration ago (2h)
+//! buzz-receipts watermark clear
 //! ```
 //!
-//! `list`, `show`, `export` and `forget --dry-run` open the store read-only: no schema migration,
-//! no JSON import, nothing registered. `forget` leaves tombstones, so a running harness's queued
+//! `list`, `show`, `export`, `forget --dry-run` and `watermark show` open the store read-only: no
+//! schema migration, no JSON import, nothing registered. `watermark set` and `clear` replace the
+//! watermark of the (relay, agent key) whatever it was: a harness only ever moves it forward. `forget` leaves tombstones, so a running harness's queued
 //! writes never bring a forgotten receipt back, and that harness answers the thread's next
 //! message from a new session (docs/STORE.md, "What `forget` means for a running harness").
 
@@ -25,8 +29,8 @@ use std::time::Duration;
 
 use buzz_session_store::{
     Backend, Expect, ForgetOutcome, ImportOutcome, KeyScheme, OpenMode, ReceiptStore, ScopeKey,
-    SessionRecord, StoreArgs, StoreError, StoreScope, StoredReceipt, UnixMillis, open_backend,
-    store_scopes,
+    SessionRecord, StoreArgs, StoreError, StoreScope, StoredReceipt, UnixMillis, WatermarkOutcome,
+    open_backend, store_scopes,
 };
 use clap::{Parser, Subcommand};
 use serde::{Deserialize, Serialize};
@@ -95,6 +99,30 @@ enum Command {
     /// Reads JSON lines (as `export` writes them) from standard input; keys that already have a
     /// receipt keep it.
     Import,
+    /// The watermark of a store scope: every mention created before it was settled by a harness
+    /// of the (relay, agent key), which resumes its relay subscription from there.
+    Watermark {
+        #[command(subcommand)]
+        action: WatermarkAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum WatermarkAction {
+    /// Shows the watermark (RFC 3339 UTC and unix seconds), or that none is recorded.
+    Show {
+        /// One JSON object per store scope instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Sets the watermark to TIME, also to an earlier time than it is.
+    Set {
+        /// RFC 3339 (`2026-03-01T12:00:00Z`, any offset), unix seconds (`1772366400`), or a
+        /// duration meaning that long ago (`2h`, `1d 12h`). Not in the future.
+        time: String,
+    },
+    /// Clears the watermark: the harness resumes as it would with none recorded.
+    Clear,
 }
 
 /// One exported receipt.
@@ -362,6 +390,140 @@ fn run(cli: Cli) -> Result<(), Failure> {
             }
             Ok(())
         }
+        Command::Watermark { action } => {
+            watermark(&mut out, &backend, chosen.as_ref(), cap, action)
+        }
+    }
+}
+
+/// `watermark show|set|clear` on `chosen`, or on every store scope of the database.
+fn watermark(
+    out: &mut impl Write,
+    backend: &Backend,
+    chosen: Option<&StoreScope>,
+    cap: usize,
+    action: WatermarkAction,
+) -> Result<(), Failure> {
+    // The operator's input first: a TIME that cannot be a watermark is refused before any store
+    // is opened.
+    let (mode, target) = match &action {
+        WatermarkAction::Show { .. } => (OpenMode::ReadOnly, None),
+        WatermarkAction::Set { time } => (
+            OpenMode::ReadWrite,
+            Some(parse_time(time, jiff::Timestamp::now())?),
+        ),
+        WatermarkAction::Clear => (OpenMode::ReadWrite, None),
+    };
+    let scopes = match chosen {
+        Some(s) => vec![s.clone()],
+        None => store_scopes(backend)?.into_iter().map(|(s, _)| s).collect(),
+    };
+    if scopes.is_empty() {
+        return Err(Failure::Usage(
+            "no store scope in the database; name one with --relay and --agent-pubkey".into(),
+        ));
+    }
+    for scope in scopes {
+        let store = open_backend(backend, scope.clone(), KeyScheme::Scope, cap, mode)?;
+        let current = store.watermark()?;
+        match &action {
+            WatermarkAction::Show { json: true } => {
+                let value = serde_json::json!({
+                    "relay": scope.relay,
+                    "agentPubkey": scope.agent_pubkey,
+                    "watermark": current.and_then(rfc3339),
+                    "unixSeconds": current,
+                });
+                writeln!(out, "{value}").map_err(Failure::Output)?;
+            }
+            WatermarkAction::Show { json: false } => {
+                let text = match current {
+                    Some(secs) => format!("watermark {}", describe_time(secs)),
+                    None => "no watermark recorded".into(),
+                };
+                writeln!(out, "{}: {text}", short_scope(&scope)).map_err(Failure::Output)?;
+            }
+            WatermarkAction::Set { .. } | WatermarkAction::Clear => {
+                match store.set_watermark(target)? {
+                    WatermarkOutcome::Written => {}
+                    WatermarkOutcome::NotWritable(why) => {
+                        return Err(Failure::Usage(format!(
+                            "the store is not writable: {why:?}"
+                        )));
+                    }
+                }
+                let done = match target {
+                    Some(secs) => format!("watermark set to {}", describe_time(secs)),
+                    None => "watermark cleared".into(),
+                };
+                let was = current.map_or("none".into(), describe_time);
+                writeln!(out, "{}: {done} (was {was})", short_scope(&scope))
+                    .map_err(Failure::Output)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A watermark given on the command line, in unix seconds: unix seconds as they are, an RFC
+/// 3339 time (any offset), or a duration meaning that long before `now`. Times before 1970 or
+/// after `now` are refused: a watermark says what was already settled.
+fn parse_time(text: &str, now: jiff::Timestamp) -> Result<u64, Failure> {
+    let text = text.trim();
+    let forms = "expected an RFC 3339 time (2026-03-01T12:00:00Z), unix seconds (1772366400) \
+                 or a duration meaning that long ago (2h, 1d 12h)";
+    let secs: i64 = if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        text.parse::<i64>()
+            .map_err(|e| Failure::Usage(format!("{text:?}: not a time in unix seconds: {e}")))?
+    } else if let Ok(time) = text.parse::<jiff::Timestamp>() {
+        time.as_second()
+    } else {
+        match humantime::parse_duration(text) {
+            Ok(ago) => {
+                let ago = i64::try_from(ago.as_secs()).unwrap_or(i64::MAX);
+                now.as_second().saturating_sub(ago)
+            }
+            Err(duration) => {
+                // Say why it is not the form it looks most like.
+                let reason = match text.parse::<jiff::Timestamp>() {
+                    Err(e) if looks_like_a_date(text) => e.to_string(),
+                    _ => duration.to_string(),
+                };
+                return Err(Failure::Usage(format!(
+                    "{text:?} is not a time ({reason}); {forms}"
+                )));
+            }
+        }
+    };
+    if secs > now.as_second() {
+        return Err(Failure::Usage(format!(
+            "{text:?} is in the future ({}); a watermark says what was already settled",
+            describe_time(u64::try_from(secs).unwrap_or(u64::MAX))
+        )));
+    }
+    u64::try_from(secs)
+        .map_err(|_| Failure::Usage(format!("{text:?} is before 1970; a watermark cannot be")))
+}
+
+/// Whether `text` starts as an RFC 3339 date does (`YYYY-`).
+fn looks_like_a_date(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.len() > 4 && bytes[..4].iter().all(u8::is_ascii_digit) && bytes[4] == b'-'
+}
+
+/// `secs` as an RFC 3339 UTC time, when it is one (up to the year 9999).
+fn rfc3339(secs: u64) -> Option<String> {
+    let secs = i64::try_from(secs).ok()?;
+    jiff::Timestamp::from_second(secs)
+        .ok()
+        .map(|t| t.to_string())
+}
+
+/// `2026-03-01T12:00:00Z (unix 1772366400)`.
+fn describe_time(secs: u64) -> String {
+    match rfc3339(secs) {
+        Some(time) => format!("{time} (unix {secs})"),
+        None => format!("unix {secs} (after the year 9999)"),
     }
 }
 
@@ -501,4 +663,69 @@ fn default_state_dir() -> Option<PathBuf> {
     std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(|home| PathBuf::from(home).join(".local/state/buzz-acp"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2024-03-01T12:00:00Z.
+    const MARCH: i64 = 1_709_294_400;
+
+    fn at(secs: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(secs).unwrap()
+    }
+
+    #[test]
+    fn a_time_is_rfc_3339_unix_seconds_or_a_duration_ago() {
+        let now = at(MARCH);
+        for (text, secs) in [
+            ("2024-03-01T12:00:00Z", MARCH),
+            ("2024-03-01T13:00:00+01:00", MARCH),
+            ("2024-03-01T11:59:59.900Z", MARCH - 1),
+            ("1709294400", MARCH),
+            (" 0 ", 0),
+            ("2h", MARCH - 7200),
+            ("1d 12h", MARCH - 129_600),
+            ("0s", MARCH),
+        ] {
+            let parsed = parse_time(text, now).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(i64::try_from(parsed).unwrap(), secs, "{text}");
+        }
+    }
+
+    #[test]
+    fn times_that_cannot_be_a_watermark_are_refused() {
+        let now = at(MARCH);
+        for (text, says) in [
+            ("2024-03-01T12:00:01Z", "in the future"),
+            ("1709294401", "in the future"),
+            ("1969-12-31T23:59:59Z", "before 1970"),
+            ("55y", "before 1970"),
+            ("2024-03-01T12:00:00", "offset"),
+            ("2024-13-01T12:00:00Z", "not a time"),
+            ("soon", "not a time"),
+            ("", "not a time"),
+            ("-5", "not a time"),
+            ("99999999999999999999", "unix seconds"),
+        ] {
+            let err = parse_time(text, now).unwrap_err().to_string();
+            assert!(err.contains(says), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn watermarks_are_shown_in_utc_with_their_unix_seconds() {
+        assert_eq!(
+            describe_time(1_709_294_400),
+            "2024-03-01T12:00:00Z (unix 1709294400)"
+        );
+        assert_eq!(describe_time(0), "1970-01-01T00:00:00Z (unix 0)");
+        let far = u64::try_from(i64::MAX).unwrap();
+        assert_eq!(rfc3339(far), None);
+        assert_eq!(
+            describe_time(far),
+            format!("unix {far} (after the year 9999)")
+        );
+    }
 }

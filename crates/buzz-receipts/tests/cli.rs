@@ -268,6 +268,155 @@ fn moving_receipts_from_sqlite_to_postgres_and_back() {
     assert_eq!(ok(target.run(&["export"], None)), exported);
 }
 
+/// 2024-03-01T12:00:00Z.
+const MARCH: u64 = 1_709_294_400;
+
+fn now_secs() -> u64 {
+    UnixMillis::now().0 / 1000
+}
+
+fn watermark_of(place: &Place, relay: &str) -> Option<u64> {
+    place.store(relay).watermark().unwrap()
+}
+
+fn watermark_scenario(place: &Place) {
+    seed(place);
+    let scoped = ["--relay", RELAY, "--agent-pubkey", &agent()].map(str::to_owned);
+    let run = |extra: &[&str]| {
+        let mut args: Vec<&str> = extra.to_vec();
+        args.extend(scoped.iter().map(String::as_str));
+        place.run(&args, None)
+    };
+
+    // show: every store scope without --relay/--agent-pubkey, none recorded yet.
+    let shown = ok(place.run(&["watermark", "show"], None));
+    assert_eq!(shown.lines().count(), 2, "{shown}");
+    assert!(
+        shown.lines().all(|l| l.ends_with("no watermark recorded")),
+        "{shown}"
+    );
+
+    // set: RFC 3339 with any offset, shown in UTC with its unix seconds.
+    let set = ok(run(&["watermark", "set", "2024-03-01T13:00:00+01:00"]));
+    assert!(
+        set.contains("set to 2024-03-01T12:00:00Z (unix 1709294400) (was none)"),
+        "{set}"
+    );
+    assert_eq!(watermark_of(place, RELAY), Some(MARCH));
+    assert_eq!(
+        watermark_of(place, "wss://second.example"),
+        None,
+        "only the named store scope"
+    );
+    let shown = ok(run(&["watermark", "show"]));
+    assert_eq!(
+        shown.trim_end(),
+        format!(
+            "{RELAY} {}…: watermark 2024-03-01T12:00:00Z (unix {MARCH})",
+            &agent()[..8]
+        )
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(ok(run(&["watermark", "show", "--json"])).trim()).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "relay": RELAY,
+            "agentPubkey": agent(),
+            "watermark": "2024-03-01T12:00:00Z",
+            "unixSeconds": MARCH,
+        })
+    );
+
+    // Unix seconds, and back in time: the operator's set is not forward-only.
+    let set = ok(run(&["watermark", "set", "1700000000"]));
+    assert!(set.contains("(was 2024-03-01T12:00:00Z"), "{set}");
+    assert_eq!(watermark_of(place, RELAY), Some(1_700_000_000));
+
+    // A duration: that long ago.
+    let before = now_secs();
+    ok(run(&["watermark", "set", "2h"]));
+    let after = now_secs();
+    let stored = watermark_of(place, RELAY).unwrap();
+    assert!(
+        (before - 7200..=after - 7200).contains(&stored),
+        "{stored} not 2h before {before}..{after}"
+    );
+
+    // Times that cannot be a watermark: one line each, nothing written.
+    for (time, says) in [
+        ("yesterday", "not a time"),
+        ("2024-03-01T12:00:00", "offset"),
+        ("2024-02-30T12:00:00Z", "not a time"),
+        ("1969-12-31T23:59:59Z", "before 1970"),
+        ("2999-01-01T00:00:00Z", "in the future"),
+        (&(now_secs() + 3600).to_string(), "in the future"),
+        ("99999999999999999999", "unix seconds"),
+    ] {
+        let err = failure(run(&["watermark", "set", time]));
+        assert!(err.contains(says), "{time}: {err}");
+    }
+    assert_eq!(watermark_of(place, RELAY), Some(stored));
+
+    // clear.
+    let cleared = ok(run(&["watermark", "clear"]));
+    assert!(cleared.contains("watermark cleared (was "), "{cleared}");
+    assert_eq!(watermark_of(place, RELAY), None);
+    let shown = ok(run(&["watermark", "show", "--json"]));
+    let json: serde_json::Value = serde_json::from_str(shown.trim()).unwrap();
+    assert_eq!(json["watermark"], serde_json::Value::Null);
+    assert_eq!(json["unixSeconds"], serde_json::Value::Null);
+
+    // Without --relay/--agent-pubkey, set and clear apply to every store scope.
+    let set = ok(place.run(&["watermark", "set", &MARCH.to_string()], None));
+    assert_eq!(set.lines().count(), 2, "{set}");
+    assert_eq!(watermark_of(place, RELAY), Some(MARCH));
+    assert_eq!(watermark_of(place, "wss://second.example"), Some(MARCH));
+    ok(place.run(&["watermark", "clear"], None));
+    assert_eq!(watermark_of(place, "wss://second.example"), None);
+
+    // The harness's advance from here on is forward-only, whatever the operator set.
+    ok(run(&["watermark", "set", &MARCH.to_string()]));
+    assert_eq!(
+        place.store(RELAY).advance_watermark(MARCH - 1).unwrap(),
+        Some(MARCH)
+    );
+}
+
+#[test]
+fn watermark_show_set_clear_on_sqlite() {
+    let place = Place::Sqlite(tempfile::tempdir().unwrap());
+    // Before any store exists: one line, nothing created.
+    for args in [
+        &["watermark", "show"][..],
+        &["watermark", "set", "2h"],
+        &["watermark", "clear"],
+    ] {
+        let err = failure(place.run(args, None));
+        assert!(err.contains("no receipt store"), "{args:?}: {err}");
+    }
+    let Place::Sqlite(dir) = &place else {
+        unreachable!()
+    };
+    let err = failure(place.run(&["watermark", "set", "tomorrow"], None));
+    assert!(err.contains("not a time"), "the TIME first: {err}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    watermark_scenario(&place);
+}
+
+#[test]
+fn watermark_show_set_clear_on_postgres() {
+    if std::env::var("BUZZ_TEST_SKIP_POSTGRES").is_ok_and(|v| v == "1") {
+        return;
+    }
+    let server = pg_fixture::PgServer::start(pg_fixture::Options::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let place = Place::Postgres(server.url());
+    let err = failure(place.run(&["watermark", "show"], None));
+    assert!(err.contains("no receipt store"), "{err}");
+    watermark_scenario(&place);
+}
+
 /// `forget` with a scope it cannot parse says so in one line and forgets nothing: not the channel
 /// the text starts with, not anything else.
 #[test]
