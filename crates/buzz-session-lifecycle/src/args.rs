@@ -53,6 +53,9 @@ pub struct SessionArgs {
     /// The operator's metrics endpoint (patch `operator-metrics`).
     #[command(flatten)]
     pub metrics: MetricsArgs,
+    /// Mentions missed while the harness was away (patch `mentions-while-away`).
+    #[command(flatten)]
+    pub catch_up: CatchUpArgs,
 }
 
 /// Restart resume: durable receipts and `session/load` / `session/resume`.
@@ -122,6 +125,27 @@ pub struct ContinuityArgs {
     #[arg(long, env = "BUZZ_ACP_WHOLE_THREAD_BUDGET_KB", default_value_t = DEFAULT_WHOLE_THREAD_BUDGET_KB)]
     pub whole_thread_budget_kb: usize,
 }
+
+/// Mentions posted while no harness of this (relay, agent key) was listening: read back from the
+/// watermark kept with the receipts and answered once (crate `buzz-catch-up`).
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+pub struct CatchUpArgs {
+    /// Mentions posted while the harness was away that are older than this when it comes back
+    /// are not answered: their thread is told once (e.g. 30m, 2h). With patch
+    /// mentions-while-away.
+    #[arg(long, env = "BUZZ_ACP_MISSED_MENTION_MAX_AGE", default_value = "1h",
+          value_parser = humantime::parse_duration)]
+    pub missed_mention_max_age: Duration,
+
+    /// Do not read back what was posted while the harness was away (upstream behaviour: the
+    /// subscription starts when the harness does). With patch mentions-while-away.
+    #[arg(long, env = "BUZZ_ACP_NO_CATCH_UP", value_parser = BoolishValueParser::new(),
+          default_value = "false", default_missing_value = "true", num_args = 0..=1)]
+    pub no_catch_up: bool,
+}
+
+/// `--missed-mention-max-age` by default.
+pub const DEFAULT_MISSED_MENTION_MAX_AGE: Duration = Duration::from_secs(3600);
 
 /// The operator's metrics: Prometheus text exposition over HTTP (see
 /// [`crate::telemetry_metrics`]).
@@ -202,6 +226,16 @@ impl SessionArgs {
                 "--metrics-listen",
                 Behaviour::Metrics,
                 self.metrics.metrics_listen.is_some(),
+            ),
+            (
+                "--missed-mention-max-age",
+                Behaviour::CatchUp,
+                self.catch_up.missed_mention_max_age != DEFAULT_MISSED_MENTION_MAX_AGE,
+            ),
+            (
+                "--no-catch-up",
+                Behaviour::CatchUp,
+                self.catch_up.no_catch_up,
             ),
         ];
         set.into_iter()

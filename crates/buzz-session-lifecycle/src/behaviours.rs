@@ -32,11 +32,15 @@ pub enum Behaviour {
     /// `operator-metrics`: the lifecycle's telemetry and the store worker's operations as
     /// Prometheus metrics on the opt-in `--metrics-listen` address.
     Metrics,
+    /// `mentions-while-away`: mentions posted while no harness of the (relay, agent key)
+    /// listened are answered once when one is back (crate `buzz-catch-up`, the harness's glue).
+    /// The lifecycle itself is unchanged; the behaviour names the patch the catch-up flags need.
+    CatchUp,
 }
 
 impl Behaviour {
     /// Every behaviour, in series order.
-    pub const ALL: [Behaviour; 7] = [
+    pub const ALL: [Behaviour; 8] = [
         Behaviour::ScopeKeys,
         Behaviour::CapabilityGate,
         Behaviour::DeltaContext,
@@ -44,6 +48,7 @@ impl Behaviour {
         Behaviour::Continuity,
         Behaviour::ConfigInPlace,
         Behaviour::Metrics,
+        Behaviour::CatchUp,
     ];
 
     /// The id of the patch that switches this behaviour on.
@@ -56,6 +61,7 @@ impl Behaviour {
             Behaviour::Continuity => "continuity-handoff",
             Behaviour::ConfigInPlace => "model-switch-in-place",
             Behaviour::Metrics => "operator-metrics",
+            Behaviour::CatchUp => "mentions-while-away",
         }
     }
 
