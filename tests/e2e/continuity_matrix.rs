@@ -125,6 +125,17 @@ fn restart_keeps_the_code_word() {
     assert_told_nothing(&p);
 }
 
+/// Mention while stopped: the question is posted while the harness is stopped. Once it is back it
+/// reads back what it missed and answers the question from the thread's reopened session; the
+/// thread is told nothing.
+#[test]
+fn a_mention_while_stopped_is_answered_from_the_reopened_session() {
+    let p = played(Cause::MentionWhileStopped);
+    assert_kept(&p);
+    assert_eq!(p.question_served_as(), Some("restored"));
+    assert_told_nothing(&p);
+}
+
 /// Idle pool sleep: the worker pool is torn down after a quiet second; the question reopens the
 /// thread's session, and the thread is told nothing.
 #[test]

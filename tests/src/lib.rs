@@ -34,6 +34,26 @@ use tempfile::TempDir;
 /// Generous: a turn against the test agent takes milliseconds.
 pub const WAIT: Duration = Duration::from_secs(20);
 
+/// Returns once the wall clock's second has changed. Nostr dates events to the second and a
+/// harness subscribes from the second it starts (`since` includes it), so a message posted before
+/// this returns is dated before any harness started after it: it was posted while none listened.
+/// Waits for the clock (at most a second), not for a guessed duration.
+pub fn wait_for_the_next_second() {
+    let second = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    };
+    let posted = second();
+    let next = buzz_acp::testing::wait_until_every(
+        Duration::from_secs(2),
+        Duration::from_millis(10),
+        || (second() > posted).then_some(()),
+    );
+    assert!(next.is_some(), "the clock stands still");
+}
+
 /// The patched harness binary.
 pub fn harness_bin() -> PathBuf {
     acp_test_agent::harness::bin_path("buzz-acp")

@@ -54,6 +54,8 @@ pub const QUESTION: &str = "what was the code word?";
 pub enum Cause {
     /// The harness restarts (stopped, then started again on the same state directory).
     Restart,
+    /// The question is posted while the harness is stopped; then it starts again.
+    MentionWhileStopped,
     /// The worker pool sleeps after an idle period (`--lazy-pool --idle-pool-sleep`).
     IdleSleep,
     /// The agent process dies between turns (killed).
@@ -86,8 +88,9 @@ pub enum Cause {
 
 impl Cause {
     /// Every row, in the order of docs/CONTINUITY.md.
-    pub const ALL: [Cause; 14] = [
+    pub const ALL: [Cause; 15] = [
         Cause::Restart,
+        Cause::MentionWhileStopped,
         Cause::IdleSleep,
         Cause::AgentCrash,
         Cause::TranscriptLost,
@@ -107,6 +110,7 @@ impl Cause {
     pub fn row(self) -> &'static str {
         match self {
             Cause::Restart => "restart",
+            Cause::MentionWhileStopped => "mention while stopped",
             Cause::IdleSleep => "idle pool sleep",
             Cause::AgentCrash => "agent crash between turns",
             Cause::TranscriptLost => "agent lost the stored session",
@@ -386,6 +390,7 @@ pub fn play(build: &Build, cause: Cause) -> Result<Played, CellError> {
     };
     let played = match cause {
         Cause::Restart => cell.restart()?,
+        Cause::MentionWhileStopped => cell.mention_while_stopped()?,
         Cause::IdleSleep => cell.idle_sleep()?,
         Cause::AgentCrash => cell.agent_crash()?,
         Cause::TranscriptLost => cell.transcript_lost()?,
@@ -599,6 +604,19 @@ impl Cell<'_> {
         let t = self.thread_then_stop(Setup::default())?;
         let at = self.frames_now();
         let question = self.ask_after_restart(&t, Setup::default())?;
+        Ok(Script::new(t.root, question, at))
+    }
+
+    /// The question is posted while no harness listens; the harness then starts and, like
+    /// upstream's, subscribes from its start (the baseline never hears the question).
+    fn mention_while_stopped(&mut self) -> Result<Script, CellError> {
+        let t = self.thread_then_stop(Setup::default())?;
+        let at = self.frames_now();
+        let question = self.ask(&t, QUESTION)?;
+        crate::wait_for_the_next_second();
+        let harness = self.live(Setup::default())?;
+        self.await_answer(&question);
+        stop(harness)?;
         Ok(Script::new(t.root, question, at))
     }
 

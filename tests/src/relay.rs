@@ -135,12 +135,29 @@ impl Chat {
         thread: Option<(&str, &str)>,
         mention: bool,
     ) -> Result<nostr::Event, ChatError> {
+        self.post_in_at(channel, author, text, thread, mention, Timestamp::now())
+    }
+
+    /// [`Chat::post_in`], dated `at` (a message written earlier, e.g. while the harness was
+    /// away, or by a client whose clock is off).
+    ///
+    /// # Errors
+    /// The relay refused the event or could not be reached.
+    pub fn post_in_at(
+        &self,
+        channel: &str,
+        author: &Keys,
+        text: &str,
+        thread: Option<(&str, &str)>,
+        mention: bool,
+        at: Timestamp,
+    ) -> Result<nostr::Event, ChatError> {
         let message = ChatMessage {
             channel,
             mention: mention.then(|| self.agent.public_key()),
             text,
             thread,
-            at: Timestamp::now(),
+            at,
         };
         let event = self
             .runtime
