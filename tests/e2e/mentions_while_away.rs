@@ -22,33 +22,12 @@ fn now() -> u64 {
         .unwrap_or(0)
 }
 
-/// The owner writes in `root`'s thread (to `parent`), dated `at`.
-fn post_reply_at(w: &RelayWorld, root: &Event, parent: &Event, text: &str, at: u64) -> Event {
-    let thread = Some((root.id.as_str(), parent.id.as_str()));
+/// The owner mentions the agent, dated `at`: a new thread, or in `thread` (root, parent).
+fn post_at(w: &RelayWorld, thread: Option<(&Event, &Event)>, text: &str, at: u64) -> Event {
+    let ids = thread.map(|(root, parent)| (root.id.as_str(), parent.id.as_str()));
+    let at = Timestamp::from(at);
     let event = w
-        .post_in_at(
-            RELAY_CHANNEL,
-            &w.owner,
-            text,
-            thread,
-            true,
-            Timestamp::from(at),
-        )
-        .expect("posted");
-    Event::from(&event)
-}
-
-/// The owner opens a thread mentioning the agent, dated `at`.
-fn post_top_at(w: &RelayWorld, text: &str, at: u64) -> Event {
-    let event = w
-        .post_in_at(
-            RELAY_CHANNEL,
-            &w.owner,
-            text,
-            None,
-            true,
-            Timestamp::from(at),
-        )
+        .post_in_at(RELAY_CHANNEL, &w.owner, text, ids, true, at)
         .expect("posted");
     Event::from(&event)
 }
@@ -148,6 +127,46 @@ fn an_answer_published_before_a_crash_is_not_published_again() {
     assert_eq!(asked.len(), 1, "the agent was asked once: {asked:#?}");
 }
 
+/// A mention posted while the harness was stopped reaches it twice when it starts: read back
+/// from the relay's history, and sent again on its subscription (a relay that replays, or a
+/// second relay). It is answered once. (Not a guard: the baseline, which only sees the replay,
+/// answers it once too.)
+#[test]
+fn a_missed_mention_delivered_twice_is_answered_once() {
+    let w = RelayWorld::new();
+    let harness = w.start(&[], &[]);
+    let root = w.post_top("Plan the release.");
+    let r1 = w.wait_for_reply(&root.id, WAIT).expect("first reply");
+    harness.stop().expect("the harness stops");
+
+    let missed = w
+        .post_in(
+            RELAY_CHANNEL,
+            &w.owner,
+            "Posted while you were away.",
+            Some((root.id.as_str(), r1.id.as_str())),
+            true,
+        )
+        .expect("posted");
+    let subscription = format!("ch-{RELAY_CHANNEL}");
+    w.relay.set_faults(Faults {
+        after_auth: vec![RawFrame::Text(format!(
+            r#"["EVENT","{subscription}",{}]"#,
+            missed.as_json()
+        ))],
+        ..Faults::default()
+    });
+    wait_for_the_next_second();
+    let harness = w.start(&[], &[]);
+    let missed_id = missed.id.to_hex();
+    let answer = w.wait_for_reply(&missed_id, WAIT).expect("answered");
+    let next = w.post_reply(&root, &answer, "And now?");
+    let after = w.wait_for_reply(&next.id, WAIT);
+    harness.stop().expect("the harness stops");
+    assert!(after.is_some(), "the harness goes on");
+    assert_eq!(w.answers_to(&missed_id), 1, "answered once");
+}
+
 /// A mention in the owner's name whose signature is not the owner's, and one whose id does not
 /// match what it says, are sent by the relay on the agent's channel subscription: neither reaches
 /// the agent. The owner's genuine reply in the forged thread, sent after them, is answered.
@@ -198,16 +217,30 @@ fn mentions_older_than_the_age_limit_are_told_once_per_thread() {
         .expect("the watermark of a harness that stopped three hours ago");
     drop(store);
 
-    let old_thread = post_top_at(&w, "Two hours ago: rebase the branch.", now() - 2 * 3600);
-    let old_again = post_reply_at(
+    let old_thread = post_at(
         &w,
-        &old_thread,
-        &old_thread,
+        None,
+        "Two hours ago: rebase the branch.",
+        now() - 2 * 3600,
+    );
+    let old_again = post_at(
+        &w,
+        Some((&old_thread, &old_thread)),
         "Still need the rebase.",
         now() - 2 * 3600 + 60,
     );
-    let other_old = post_top_at(&w, "Ninety minutes ago: tag the release.", now() - 90 * 60);
-    let recent = post_top_at(&w, "Twenty minutes ago: draft the notes.", now() - 20 * 60);
+    let other_old = post_at(
+        &w,
+        None,
+        "Ninety minutes ago: tag the release.",
+        now() - 90 * 60,
+    );
+    let recent = post_at(
+        &w,
+        None,
+        "Twenty minutes ago: draft the notes.",
+        now() - 20 * 60,
+    );
 
     let harness = w.start(&[], &[]);
     let answer = w.wait_for_reply(&recent.id, WAIT);

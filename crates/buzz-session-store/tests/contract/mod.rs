@@ -179,6 +179,31 @@ fn sorted<const N: usize>(keys: [ScopeKey; N]) -> Vec<ScopeKey> {
 }
 
 /// The counter eviction relies on must always equal the rows actually stored.
+/// A scope that never wrote: what a read-only store of it reads.
+const NEVER_WRITTEN: &str = "wss://never.example";
+
+/// A read-only store of a (relay, agent key) that never wrote.
+fn never_written(m: &Medium) -> Box<dyn ReceiptStore> {
+    let stranger = StoreScope {
+        relay: NEVER_WRITTEN.into(),
+        agent_pubkey: pubkey(),
+    };
+    open_backend(
+        &m.backend,
+        stranger,
+        KeyScheme::Scope,
+        10,
+        OpenMode::ReadOnly,
+    )
+    .unwrap()
+}
+
+/// Reading [`never_written`]'s store registered nothing.
+fn assert_not_registered(m: &Medium) {
+    let scopes = store_scopes(&m.backend).unwrap();
+    assert!(!scopes.iter().any(|(s, _)| s.relay == NEVER_WRITTEN));
+}
+
 fn assert_count_is_true(store: &dyn ReceiptStore) {
     assert_eq!(store.len().unwrap(), store.receipts().unwrap().len());
 }
@@ -1203,26 +1228,10 @@ pub fn a_read_only_open_creates_nothing_and_writes_nothing(m: &Medium) {
         ChannelRemoval::NotWritable(refused)
     );
     // A scope that never wrote reads as empty, and is not registered by reading.
-    let stranger = StoreScope {
-        relay: "wss://never.example".into(),
-        agent_pubkey: pubkey(),
-    };
-    let empty = open_backend(
-        &m.backend,
-        stranger.clone(),
-        KeyScheme::Scope,
-        10,
-        OpenMode::ReadOnly,
-    )
-    .unwrap();
+    let empty = never_written(m);
     assert!(empty.receipts().unwrap().is_empty());
     assert!(empty.is_empty().unwrap());
-    assert!(
-        !store_scopes(&m.backend)
-            .unwrap()
-            .iter()
-            .any(|(s, _)| *s == stranger)
-    );
+    assert_not_registered(m);
     assert_eq!(m.open().get(&thread(1)).unwrap(), Some(rich));
 }
 
@@ -1434,26 +1443,10 @@ pub fn a_read_only_open_sees_the_watermark_and_writes_none(m: &Medium) {
     writer.advance_watermark(1_500).unwrap();
     assert_eq!(reader.watermark().unwrap(), Some(1_500));
     // A pair that never wrote has none, and is not registered by reading.
-    let stranger = StoreScope {
-        relay: "wss://never.example".into(),
-        agent_pubkey: pubkey(),
-    };
-    let empty = open_backend(
-        &m.backend,
-        stranger.clone(),
-        KeyScheme::Scope,
-        10,
-        OpenMode::ReadOnly,
-    )
-    .unwrap();
+    let empty = never_written(m);
     assert_eq!(empty.watermark().unwrap(), None);
     assert_eq!(empty.advance_watermark(5).unwrap(), None);
-    assert!(
-        !store_scopes(&m.backend)
-            .unwrap()
-            .iter()
-            .any(|(s, _)| *s == stranger)
-    );
+    assert_not_registered(m);
 }
 
 // ---------------------------------------------------------------------------------------------
