@@ -42,7 +42,10 @@ pub enum Start {
 pub struct CatchUpWindow {
     /// The oldest `created_at` read.
     pub since: u64,
-    /// The newest `created_at` read: the second before the live subscription's start.
+    /// The newest `created_at` read: the second the harness noted as the live subscription's
+    /// start. The subscription's own `since` is taken a moment later, in that second or the
+    /// next: both may read that second (an id seen on both is delivered once), and no second
+    /// is left to neither.
     pub until: u64,
 }
 
@@ -65,7 +68,7 @@ impl CatchUpWindow {
             Start::NeverRecorded => return None,
             Start::Unreadable => live_since.saturating_sub(max_age.as_secs()).max(oldest),
         };
-        let until = live_since.checked_sub(1)?;
+        let until = live_since;
         (since <= until).then_some(Self { since, until })
     }
 
@@ -89,18 +92,18 @@ mod tests {
     const HOUR: Duration = Duration::from_secs(3600);
 
     #[test]
-    fn a_recorded_watermark_is_read_from_just_before_it_to_just_before_the_live_subscription() {
+    fn a_recorded_watermark_is_read_from_just_before_it_to_the_live_subscriptions_start() {
         let window = CatchUpWindow::at_start(Start::Recorded(NOW - 600), NOW, HOUR);
         assert_eq!(
             window,
             Some(CatchUpWindow {
                 since: NOW - 605,
-                until: NOW - 1
+                until: NOW
             })
         );
         let window = window.expect("a window");
-        assert!(window.contains(NOW - 605) && window.contains(NOW - 1));
-        assert!(!window.contains(NOW - 606) && !window.contains(NOW));
+        assert!(window.contains(NOW - 605) && window.contains(NOW));
+        assert!(!window.contains(NOW - 606) && !window.contains(NOW + 1));
     }
 
     #[test]
@@ -119,18 +122,17 @@ mod tests {
             None
         );
         let window = CatchUpWindow::at_start(Start::Unreadable, NOW, HOUR).expect("window");
-        assert_eq!((window.since, window.until), (NOW - 3600, NOW - 1));
+        assert_eq!((window.since, window.until), (NOW - 3600, NOW));
     }
 
     #[test]
     fn a_watermark_at_or_past_the_start_leaves_a_window_of_the_skew_or_none() {
         // A watermark from a clock ahead of this machine's: the skew is still read.
         let window = CatchUpWindow::at_start(Start::Recorded(NOW), NOW, HOUR).expect("window");
-        assert_eq!((window.since, window.until), (NOW - 5, NOW - 1));
+        assert_eq!((window.since, window.until), (NOW - 5, NOW));
         assert_eq!(
             CatchUpWindow::at_start(Start::Recorded(NOW + 60), NOW, HOUR),
             None
         );
-        assert_eq!(CatchUpWindow::at_start(Start::Unreadable, 0, HOUR), None);
     }
 }
