@@ -6,6 +6,8 @@
 //! log. They compare the two side by side in one run; nothing here asserts a
 //! speed (these are measurements, not tests).
 
+pub mod observer;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -39,15 +39,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use buzz_acp::relay::Event;
 use buzz_acp::testing::{ChatMessage, NostrRelayArgs, Scenario, agent_messages, post_chat};
+use buzz_bench::observer::subscribe_to_agent;
 use buzz_bench::{BenchError, ctx, median, ms, scenario, wait_subscribed};
 use buzz_session_store::{KeyScheme, ReceiptStore, SqliteStore, StoreScope};
 use buzz_test_relay::{RelayConfig, TestRelay};
 use clap::Parser;
-use futures::{SinkExt as _, StreamExt as _};
-use nostr::{
-    ClientMessage, EventBuilder, Filter, JsonUtil as _, Keys, Kind, RelayMessage, RelayUrl,
-    SubscriptionId, Timestamp,
-};
+use futures::StreamExt as _;
+use nostr::{JsonUtil as _, Keys, RelayMessage, Timestamp};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -300,9 +298,6 @@ impl Drop for Harness {
     }
 }
 
-type Socket =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
 /// The agent's chat events as they reach a websocket subscribed to them (NIP-42 authenticated as
 /// the owner), each with the moment it arrived.
 struct Observer {
@@ -319,36 +314,8 @@ impl Drop for Observer {
 impl Observer {
     /// Subscribes (from now on) and starts reading beside the caller.
     async fn subscribe(world: &World) -> Result<Self, BenchError> {
-        let relay = &world.relay;
-        let (mut socket, _) = ctx(
-            tokio_tungstenite::connect_async(relay.ws_url()).await,
-            "observer: connecting",
-        )?;
-        let challenge = loop {
-            if let RelayMessage::Auth { challenge } = next_message(&mut socket).await? {
-                break challenge.into_owned();
-            }
-        };
-        let url = ctx(RelayUrl::parse(&relay.ws_url()), "observer: relay url")?;
-        let auth = ctx(
-            EventBuilder::auth(challenge, url).sign_with_keys(&world.owner),
-            "observer: signing AUTH",
-        )?;
-        send(&mut socket, ClientMessage::auth(auth)).await?;
-        let filter = Filter::new()
-            .author(world.agent.public_key())
-            .kind(Kind::Custom(9))
-            .since(Timestamp::now());
-        send(
-            &mut socket,
-            ClientMessage::req(SubscriptionId::new("answers"), vec![filter]),
-        )
-        .await?;
-        loop {
-            if let RelayMessage::EndOfStoredEvents(_) = next_message(&mut socket).await? {
-                break;
-            }
-        }
+        let relay_url = world.relay.ws_url();
+        let mut socket = subscribe_to_agent(&relay_url, &world.owner, &world.agent).await?;
         let (tx, events) = mpsc::unbounded_channel();
         let task = tokio::spawn(async move {
             while let Some(Ok(frame)) = socket.next().await {
@@ -361,30 +328,6 @@ impl Observer {
             }
         });
         Ok(Observer { events, task })
-    }
-}
-
-async fn send(socket: &mut Socket, message: ClientMessage<'_>) -> Result<(), BenchError> {
-    ctx(
-        socket.send(Message::text(message.as_json())).await,
-        "observer: sending",
-    )
-}
-
-async fn next_message(socket: &mut Socket) -> Result<RelayMessage<'static>, BenchError> {
-    loop {
-        let frame = ctx(
-            tokio::time::timeout(WAIT, socket.next()).await,
-            "observer: waiting for the relay",
-        )?;
-        match frame {
-            Some(Ok(Message::Text(text))) => {
-                return ctx(RelayMessage::from_json(text.as_str()), "observer: reading");
-            }
-            Some(Ok(_)) => {}
-            Some(Err(e)) => return Err(BenchError(format!("observer: {e}"))),
-            None => return Err(BenchError("observer: the relay closed the socket".into())),
-        }
     }
 }
 

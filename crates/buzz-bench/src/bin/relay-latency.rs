@@ -20,15 +20,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use buzz_acp::testing::{ChatMessage, NostrRelayArgs, Scenario, post_chat};
+use buzz_bench::observer::{Socket, next_message, subscribe_to_agent};
 use buzz_bench::{BenchError, ctx, median, ms, quantile, scenario};
 use buzz_test_relay::{RelayConfig, TestRelay};
 use clap::Parser;
-use futures::{SinkExt as _, StreamExt as _};
-use nostr::{
-    ClientMessage, EventBuilder, Filter, JsonUtil as _, Keys, Kind, RelayMessage, RelayUrl,
-    SubscriptionId, Timestamp,
-};
-use tokio_tungstenite::tungstenite::Message;
+use nostr::{Keys, RelayMessage, Timestamp};
 
 const CHANNEL: &str = "0b8e2d4c-1f3a-4c5e-9d7b-2a6f8e1c3b5d";
 const WAIT: Duration = Duration::from_secs(30);
@@ -49,9 +45,6 @@ struct Args {
     runs: usize,
 }
 
-type Socket =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
 /// A websocket subscribed to the agent's chat events.
 struct Observer {
     socket: Socket,
@@ -59,36 +52,8 @@ struct Observer {
 
 impl Observer {
     async fn subscribe(relay: &TestRelay, keys: &Keys, agent: &Keys) -> Result<Self, BenchError> {
-        let (mut socket, _) = ctx(
-            tokio_tungstenite::connect_async(relay.ws_url()).await,
-            "observer: connecting",
-        )?;
-        let challenge = loop {
-            match next_message(&mut socket).await? {
-                RelayMessage::Auth { challenge } => break challenge.into_owned(),
-                _ => continue,
-            }
-        };
-        let url = ctx(RelayUrl::parse(&relay.ws_url()), "observer: relay url")?;
-        let auth = ctx(
-            EventBuilder::auth(challenge, url).sign_with_keys(keys),
-            "observer: signing AUTH",
-        )?;
-        send(&mut socket, ClientMessage::auth(auth)).await?;
-        let filter = Filter::new()
-            .author(agent.public_key())
-            .kind(Kind::Custom(9))
-            .since(Timestamp::now());
-        send(
-            &mut socket,
-            ClientMessage::req(SubscriptionId::new("answers"), vec![filter]),
-        )
-        .await?;
-        loop {
-            if let RelayMessage::EndOfStoredEvents(_) = next_message(&mut socket).await? {
-                return Ok(Observer { socket });
-            }
-        }
+        let socket = subscribe_to_agent(&relay.ws_url(), keys, agent).await?;
+        Ok(Observer { socket })
     }
 
     /// Waits for the agent's event answering `trigger` (its `e` tag marked `reply`).
@@ -110,32 +75,6 @@ impl Observer {
     }
 }
 
-async fn send(socket: &mut Socket, message: ClientMessage<'_>) -> Result<(), BenchError> {
-    ctx(
-        socket.send(Message::text(message.as_json())).await,
-        "observer: sending",
-    )
-}
-
-async fn next_message(socket: &mut Socket) -> Result<RelayMessage<'static>, BenchError> {
-    loop {
-        let frame = ctx(
-            tokio::time::timeout(WAIT, socket.next()).await,
-            "observer: waiting for the relay",
-        )?;
-        match frame {
-            Some(Ok(Message::Text(text))) => {
-                return ctx(RelayMessage::from_json(text.as_str()), "observer: reading");
-            }
-            Some(Ok(_)) => {}
-            Some(Err(e)) => return Err(BenchError(format!("observer: {e}"))),
-            None => return Err(BenchError("observer: the relay closed the socket".into())),
-        }
-    }
-}
-
-/// The owner's mention in the channel, posted through the relay's REST side and timed from
-/// there; `thread` = (root, parent).
 async fn mention(
     relay: &TestRelay,
     owner: &Keys,
