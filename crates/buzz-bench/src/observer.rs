@@ -11,6 +11,8 @@ use nostr::{
 };
 use tokio_tungstenite::tungstenite::Message;
 
+use buzz_test_relay::{RelayConfig, TestRelay};
+
 use crate::{BenchError, ctx};
 
 /// How long the observer waits for the relay's next message.
@@ -82,4 +84,21 @@ pub async fn next_message(socket: &mut Socket) -> Result<RelayMessage<'static>, 
             None => return Err(BenchError("observer: the relay closed the socket".into())),
         }
     }
+}
+
+/// A fresh test relay where a new agent belongs to `channel` (a stream), with the agent's keys and
+/// an owner's.
+pub async fn relay_with_agent(channel: &str) -> Result<(TestRelay, Keys, Keys), BenchError> {
+    let relay = ctx(
+        TestRelay::start(RelayConfig::default()).await,
+        "starting the relay",
+    )?;
+    let (agent, owner) = (Keys::generate(), Keys::generate());
+    ctx(
+        relay
+            .add_channel(channel, "general", "stream", &[agent.public_key()])
+            .await,
+        "seeding the channel",
+    )?;
+    Ok((relay, agent, owner))
 }

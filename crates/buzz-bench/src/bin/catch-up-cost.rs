@@ -39,10 +39,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use buzz_acp::relay::Event;
 use buzz_acp::testing::{ChatMessage, NostrRelayArgs, Scenario, agent_messages, post_chat};
-use buzz_bench::observer::subscribe_to_agent;
+use buzz_bench::observer::{relay_with_agent, subscribe_to_agent};
 use buzz_bench::{BenchError, ctx, median, ms, scenario, wait_subscribed};
 use buzz_session_store::{KeyScheme, ReceiptStore, SqliteStore, StoreScope};
-use buzz_test_relay::{RelayConfig, TestRelay};
+use buzz_test_relay::TestRelay;
 use clap::Parser;
 use futures::StreamExt as _;
 use nostr::{JsonUtil as _, Keys, RelayMessage, Timestamp};
@@ -92,17 +92,7 @@ struct World {
 
 impl World {
     async fn new() -> Result<Self, BenchError> {
-        let relay = ctx(
-            TestRelay::start(RelayConfig::default()).await,
-            "starting the relay",
-        )?;
-        let (agent, owner) = (Keys::generate(), Keys::generate());
-        ctx(
-            relay
-                .add_channel(CHANNEL, "general", "stream", &[agent.public_key()])
-                .await,
-            "seeding the channel",
-        )?;
+        let (relay, agent, owner) = relay_with_agent(CHANNEL).await?;
         let (dir, mut s) = scenario()?;
         // Poll the event queue often, as relay-latency does, so polling does not drown what is
         // measured.

@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use buzz_acp::testing::{ChatMessage, NostrRelayArgs, Scenario, post_chat};
-use buzz_bench::observer::{Socket, next_message, subscribe_to_agent};
+use buzz_bench::observer::{Socket, next_message, relay_with_agent, subscribe_to_agent};
 use buzz_bench::{BenchError, ctx, median, ms, quantile, scenario};
-use buzz_test_relay::{RelayConfig, TestRelay};
+use buzz_test_relay::TestRelay;
 use clap::Parser;
 use nostr::{Keys, RelayMessage, Timestamp};
 
@@ -97,17 +97,7 @@ async fn mention(
 
 /// (mention → answer for a new thread, for a hot follow-up).
 async fn sample(harness: &Path, agent_bin: &Path) -> Result<(Duration, Duration), BenchError> {
-    let relay = ctx(
-        TestRelay::start(RelayConfig::default()).await,
-        "starting the relay",
-    )?;
-    let (agent, owner) = (Keys::generate(), Keys::generate());
-    ctx(
-        relay
-            .add_channel(CHANNEL, "general", "stream", &[agent.public_key()])
-            .await,
-        "seeding the channel",
-    )?;
+    let (relay, agent, owner) = relay_with_agent(CHANNEL).await?;
     let (_dir, mut s) = scenario()?;
     // Poll the event queue often, so polling does not drown what is measured.
     s.poll_ms = 2;
