@@ -540,46 +540,6 @@ impl Cargo {
         self.stream_captured(cmd)
     }
 
-    fn target_args(t: &TestRef) -> Vec<String> {
-        let mut v = vec!["-p".to_owned(), t.package.clone()];
-        if t.target == "lib" {
-            v.push("--lib".into());
-        } else {
-            v.push("--test".into());
-            v.push(t.target.clone());
-        }
-        v
-    }
-
-    /// Compiles, lists and runs one named test, telling a compile failure
-    /// from a failure, and reading the failing assertion from libtest's
-    /// output (streamed to our stderr as it comes).
-    ///
-    /// # Errors
-    /// When cargo cannot be started.
-    pub fn run_test(&self, test: &TestRef) -> Result<TestRun> {
-        let selection = Self::target_args(test);
-        let mut compile = self.command("test");
-        compile.args(&selection).arg("--no-run");
-        if !self.stream(compile)? {
-            return Ok(TestRun::CompileFailed);
-        }
-        let names = vec![test.name.clone()];
-        if !self.list_tests(&selection, &names)?.contains(&test.name) {
-            return Ok(TestRun::NotFound);
-        }
-        let mut cmd = self.command("test");
-        cmd.args(&selection).args(["--", "--exact", &test.name]);
-        let (passed, output) = self.stream_captured(cmd)?;
-        Ok(if passed {
-            TestRun::Passed
-        } else {
-            TestRun::Failed {
-                failure: crate::libtest::failure_of(&output, &test.name),
-            }
-        })
-    }
-
     /// Starts `cmd`, printed as a step, with its stdout piped to us and its
     /// stderr streamed to ours.
     fn spawn_piped(mut cmd: Command) -> Result<std::process::Child> {
@@ -606,29 +566,6 @@ impl Cargo {
         }
         let status = child.wait().map_err(cargo_io_error)?;
         Ok((status.success(), captured))
-    }
-
-    /// Names of the tests among `names` that exist in a target
-    /// (`-- --list --format terse --exact`).
-    fn list_tests(&self, selection: &[String], names: &[String]) -> Result<BTreeSet<String>> {
-        let mut cmd = self.command("test");
-        cmd.args(selection)
-            .args(["--quiet", "--", "--list", "--format", "terse", "--exact"])
-            .args(names);
-        crate::ui::step(&Self::describe(&cmd));
-        let out = cmd
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|source| Error::Spawn {
-                program: "cargo".into(),
-                source,
-            })?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        Ok(text
-            .lines()
-            .filter_map(|l| l.strip_suffix(": test"))
-            .map(str::to_owned)
-            .collect())
     }
 
     /// Workspace packages of this tree that build exactly as in the

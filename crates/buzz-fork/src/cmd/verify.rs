@@ -10,13 +10,15 @@
 //!    (the series without a patch is often a prefix) are one tree: each
 //!    distinct tree is written and built once, the whole tree last.
 //! 3. Each tree: `cargo build --workspace`, then the tests package's test
-//!    targets compiled in one `cargo build --tests --keep-going` (a target
-//!    that does not compile is told apart from a test that fails), then each
+//!    targets its guards need (all of them on the whole tree) compiled in one
+//!    `cargo build --keep-going` (a target that does not compile is told
+//!    apart from a test that fails), then each
 //!    guard run that needs the tree, by running the target's libtest
 //!    executable directly (`--exact <fn>`, one process per guard,
-//!    `--guard-jobs` of them at a time: the machine's cores by default).
-//! 4. The whole tree: the whole suite with the applied patches'
-//!    `fixes_defects` tests skipped per target (`--exact --skip`), then each
+//!    `--guard-jobs` of them at a time: the machine's cores by default; the
+//!    runs without their patch, mostly waiting, three times as many).
+//! 4. The whole tree: the whole suite in one `cargo test` with the applied
+//!    patches' `fixes_defects` tests skipped (`--exact --skip`), then each
 //!    defect test alone, which must FAIL.
 //! 5. With `--mutation`, each guard is judged by the rule of
 //!    [`crate::mutation`]: it must have passed with P (at P's prefix, or on
@@ -40,7 +42,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::cargo::{Cargo, TargetKind, TestBinaries, TestRun, compare_locks, is_library};
+use crate::cargo::{Cargo, TestBinaries, TestRun, compare_locks, is_library};
 use crate::cli::VerifyArgs;
 use crate::cmd::apply::{Applied, Force, apply};
 use crate::context::{Context, Outcome};
@@ -127,111 +129,45 @@ fn guard_name(t: &TestRef) -> String {
     format!("{}::{}", t.target, t.name)
 }
 
-/// Groups test references by (package, target).
-fn by_target(tests: &[TestRef]) -> BTreeMap<(String, String), Vec<TestRef>> {
-    let mut out: BTreeMap<(String, String), Vec<TestRef>> = BTreeMap::new();
-    for t in tests {
-        out.entry((t.package.clone(), t.target.clone()))
-            .or_default()
-            .push(t.clone());
-    }
-    out
-}
-
 fn lock_check(cargo: &Cargo, root: &Path, problems: &mut Vec<String>, what: &str) {
     if let Err(e) = compare_locks(&cargo.lock_path(), &root.join("Cargo.lock")) {
         problems.push(format!("[{what}] {e}"));
     }
 }
 
-/// The whole suite with defect tests skipped per target, and without the
-/// packages in `unchanged` (built exactly as in the root workspace, whose
-/// own `cargo test --workspace` runs their tests).
-fn whole_suite(cargo: &Cargo, defects: &[TestRef], unchanged: &BTreeSet<String>) -> Result<bool> {
-    let mut excluded: Vec<String> = Vec::new();
+/// The whole suite's package selection: every package of the tree but those
+/// in `unchanged` (built exactly as in the root workspace, whose own `cargo
+/// test --workspace` runs their tests).
+///
+/// One selection for the suite and the defect tests, never a package alone: a
+/// package selected alone resolves its dependencies' features for itself, and
+/// the harness's package alone (without the tests package that asks for the
+/// root workspace's features) compiled some fifty dependencies a second time.
+fn suite_selection(unchanged: &BTreeSet<String>) -> Vec<String> {
+    let mut selection = vec!["--workspace".to_owned()];
     for p in unchanged {
-        excluded.push("--exclude".into());
-        excluded.push(p.clone());
+        selection.push("--exclude".into());
+        selection.push(p.clone());
     }
-    if defects.is_empty() {
-        let mut sel = vec!["--workspace".to_owned(), "--no-fail-fast".to_owned()];
-        sel.extend(excluded);
-        return cargo.test(&sel, &[]);
-    }
-    let mut ok = true;
-    let defect_packages: BTreeSet<String> = defects.iter().map(|d| d.package.clone()).collect();
-    let all = cargo.workspace_packages()?;
-    if all
-        .iter()
-        .any(|p| !defect_packages.contains(p) && !unchanged.contains(p))
-    {
-        let mut sel = vec!["--workspace".to_owned(), "--no-fail-fast".to_owned()];
-        for p in &defect_packages {
-            sel.push("--exclude".into());
-            sel.push(p.clone());
-        }
-        sel.extend(excluded);
-        ok &= cargo.test(&sel, &[])?;
-    }
-    let grouped = by_target(defects);
-    for pkg in &defect_packages {
-        let targets = cargo.package_targets(pkg)?;
-        let defect_targets: BTreeSet<&str> = grouped
-            .keys()
-            .filter(|(p, _)| p == pkg)
-            .map(|(_, t)| t.as_str())
-            .collect();
-        let mut sel = vec!["-p".to_owned(), pkg.clone(), "--no-fail-fast".to_owned()];
-        let mut any = false;
-        let mut has_lib = false;
-        for (kind, name) in &targets {
-            match kind {
-                TargetKind::Bin => {
-                    sel.push("--bin".into());
-                    sel.push(name.clone());
-                    any = true;
-                }
-                TargetKind::Test if !defect_targets.contains(name.as_str()) => {
-                    sel.push("--test".into());
-                    sel.push(name.clone());
-                    any = true;
-                }
-                kind if is_library(kind) => {
-                    has_lib = true;
-                    if !defect_targets.contains("lib") && !sel.contains(&"--lib".to_owned()) {
-                        sel.push("--lib".into());
-                        any = true;
-                    }
-                }
-                _ => {}
-            }
-        }
-        if any {
-            ok &= cargo.test(&sel, &[])?;
-        }
-        if has_lib {
-            ok &= cargo.test(&["-p".into(), pkg.clone(), "--doc".into()], &[])?;
-        }
-        for ((p, target), tests) in &grouped {
-            if p != pkg {
-                continue;
-            }
-            let mut sel = vec!["-p".to_owned(), pkg.clone()];
-            if target == "lib" {
-                sel.push("--lib".into());
-            } else {
-                sel.push("--test".into());
-                sel.push(target.clone());
-            }
-            let mut libtest = vec!["--exact".to_owned()];
-            for t in tests {
-                libtest.push("--skip".into());
-                libtest.push(t.name.clone());
-            }
-            ok &= cargo.test(&sel, &libtest)?;
+    selection
+}
+
+/// The whole suite in one `cargo test`, with the defect tests skipped by their
+/// exact names (each runs alone afterwards, and must fail). A test of another
+/// target with the very name of a defect test would be skipped as well;
+/// defect tests are named for the defect they pin.
+fn whole_suite(cargo: &Cargo, defects: &[TestRef], selection: &[String]) -> Result<bool> {
+    let mut selection = selection.to_vec();
+    selection.push("--no-fail-fast".to_owned());
+    let mut libtest = Vec::new();
+    if !defects.is_empty() {
+        libtest.push("--exact".to_owned());
+        for t in defects {
+            libtest.push("--skip".into());
+            libtest.push(t.name.clone());
         }
     }
-    Ok(ok)
+    cargo.test(&selection, &libtest)
 }
 
 /// The series without `excluded` patches; patches that no longer apply are
@@ -295,6 +231,37 @@ enum Role {
     With(WithPatch),
     /// Without it (the mutation check).
     Without,
+}
+
+/// How many more runs without their patch than runs with it go side by side.
+/// A guard without its patch mostly waits out its bound for an answer the
+/// unpatched harness never gives (14 of the 68 wait 20 s each), using no
+/// processor meanwhile; the runs with their patch, which must pass, keep the
+/// machine to themselves.
+const WITHOUT_PATCH_RUNS_PER_JOB: usize = 3;
+
+/// A tree's guard runs: those with their patch `jobs` at a time, then those
+/// without it [`WITHOUT_PATCH_RUNS_PER_JOB`] times as many at a time; the
+/// results in the order of `guards`.
+fn run_tree_guards(
+    cargo: &Cargo,
+    binaries: &TestBinaries,
+    guards: &[(usize, Role, TestRef)],
+    jobs: usize,
+    active: &[&PatchEntry],
+) -> Result<Vec<TestRun>> {
+    let (with, without): (Vec<usize>, Vec<usize>) =
+        (0..guards.len()).partition(|&k| matches!(guards[k].1, Role::With(_)));
+    let mut results = vec![TestRun::NotFound; guards.len()];
+    for (indices, jobs) in [(with, jobs), (without, jobs * WITHOUT_PATCH_RUNS_PER_JOB)] {
+        let batch: Vec<(usize, Role, TestRef)> =
+            indices.iter().map(|&k| guards[k].clone()).collect();
+        let runs = run_guards(cargo, binaries, &batch, jobs, active)?;
+        for (k, run) in indices.into_iter().zip(runs) {
+            results[k] = run;
+        }
+    }
+    Ok(results)
 }
 
 /// Runs `guards` (patch index, role, test) on a built tree, `jobs` at a time,
@@ -529,15 +496,15 @@ impl Run<'_> {
         let built = build.built;
         lock_check(&cargo, &self.ctx.root, &mut self.report.problems, &label);
         let binaries = if job.runs_guards() {
-            let package = &self.registry.workspace.tests_package;
-            let selection = ["-p".to_owned(), package.clone(), "--tests".to_owned()];
+            let selection = self.test_selection(&cargo, job, j == plan.tip)?;
             cargo.build_test_binaries(&selection)?.1
         } else {
             TestBinaries::default()
         };
         self.timings
             .push(format!("build {label}"), started.elapsed());
-        // Every guard run this tree serves, run `guard_jobs` at a time.
+        // Every guard run this tree serves: with their patch `guard_jobs` at a time, then
+        // without it.
         let mut runs: Vec<(usize, Role)> = Vec::new();
         for &i in &job.prefix_of {
             let id = self.active[i].id.to_string();
@@ -565,13 +532,14 @@ impl Run<'_> {
             })
             .collect();
         let started = Instant::now();
-        let results = run_guards(&cargo, &binaries, &guards, self.guard_jobs, &self.active)?;
+        let results = run_tree_guards(&cargo, &binaries, &guards, self.guard_jobs, &self.active)?;
         if !guards.is_empty() {
             self.timings.push(
                 format!(
-                    "guards on {label} ({} runs, {} at a time)",
+                    "guards on {label} ({} runs, {} at a time with their patch, {} without)",
                     guards.len(),
-                    self.guard_jobs
+                    self.guard_jobs,
+                    self.guard_jobs * WITHOUT_PATCH_RUNS_PER_JOB
                 ),
                 started.elapsed(),
             );
@@ -615,6 +583,55 @@ impl Run<'_> {
         Ok((j == plan.tip).then_some(cargo).filter(|_| built))
     }
 
+    /// The test targets a tree's guard runs need: every target of the tests
+    /// package on the whole tree (its suite runs there next), only the
+    /// targets holding this tree's guards on the others. Linking the tests
+    /// package's other targets took most of each tree's build. A guard whose
+    /// target the package does not declare finds no executable, as before.
+    fn test_selection(
+        &self,
+        cargo: &Cargo,
+        job: &TreeJob,
+        whole_tree: bool,
+    ) -> Result<Vec<String>> {
+        let package = &self.registry.workspace.tests_package;
+        let mut selection = vec!["-p".to_owned(), package.clone()];
+        if whole_tree {
+            selection.push("--tests".to_owned());
+            return Ok(selection);
+        }
+        let declared: BTreeSet<String> = cargo
+            .package_targets(package)?
+            .into_iter()
+            .map(|(kind, name)| {
+                if is_library(&kind) {
+                    "lib".to_owned()
+                } else {
+                    name
+                }
+            })
+            .collect();
+        let patches = job
+            .prefix_of
+            .iter()
+            .chain(&job.whole_tree_runs)
+            .chain(&job.mutant_of);
+        let targets: BTreeSet<String> = patches
+            .flat_map(|&i| guard_refs(self.registry, self.active[i]))
+            .map(|t| t.target)
+            .filter(|t| declared.contains(t))
+            .collect();
+        // `cargo build` names a library's test harness only through `--tests`.
+        if targets.contains("lib") {
+            selection.push("--tests".to_owned());
+            return Ok(selection);
+        }
+        for target in targets {
+            selection.extend(["--test".to_owned(), target]);
+        }
+        Ok(selection)
+    }
+
     /// The whole tree (built and in place): its suite passes, and each
     /// pinned defect test fails on its own.
     fn whole_tree(&mut self, cargo: Option<&Cargo>) -> Result<()> {
@@ -656,7 +673,8 @@ impl Run<'_> {
                 unchanged.iter().cloned().collect::<Vec<_>>().join(", ")
             ));
         }
-        let ok = whole_suite(cargo, &refs, &unchanged)?;
+        let selection = suite_selection(&unchanged);
+        let ok = whole_suite(cargo, &refs, &selection)?;
         self.timings
             .push("whole tree: test suite".to_owned(), started.elapsed());
         self.report.suite = if ok {
@@ -672,9 +690,21 @@ impl Run<'_> {
         // Defect tests alone: each must fail now that its fix is applied.
         let started = Instant::now();
         let mut per_patch: BTreeMap<String, Vec<DefectRun>> = BTreeMap::new();
+        // The suite's executables (built by it, so nothing compiles here), each
+        // defect test run as its target's libtest executable, as the guards are.
+        let binaries = if defects.is_empty() {
+            TestBinaries::default()
+        } else {
+            let mut tests = selection.clone();
+            tests.push("--tests".to_owned());
+            cargo.build_test_binaries(&tests)?.1
+        };
         for (id, t) in &defects {
             let name = format!("{}::{}::{}", t.package, t.target, t.name);
-            let run = cargo.run_test(t)?;
+            let run = match binaries.get(t) {
+                None => TestRun::CompileFailed,
+                Some(binary) => cargo.run_test_binary(binary, &t.name)?.0,
+            };
             let defect = DefectRun::from(&run);
             match defect {
                 DefectRun::FailsAsExpected => {}
