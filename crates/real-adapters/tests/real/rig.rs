@@ -2,6 +2,7 @@
 //! throw-away home, with the readings every scenario shares. The relay, and what is posted and
 //! read there, is [`crate::relay_rig`]'s.
 
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use buzz_acp::testing::{Scenario, wait_until};
@@ -24,6 +25,61 @@ pub fn fail(msg: impl Into<String>) -> TierError {
     TierError::Scenario(msg.into())
 }
 
+/// The machine's room for scenarios side by side (`scripts/real-adapters` runs the tier with
+/// two test threads). codex-acp and opencode mostly wait (on their own start-up, on the fake
+/// LLM, on the harness), so two of their scenarios share a two-core machine: measured on one,
+/// codex's seven took 37 s one at a time and 21 s two at a time, opencode's eight 216 s and
+/// 140 s. claude-agent-acp's bundled `claude` keeps a core busy per session (its eight took 78 s
+/// alone, 80 s two at a time): its scenarios take the whole room.
+const ROOM: u32 = 2;
+
+/// The room taken by running scenarios, and a signal when some is freed.
+struct Room {
+    taken: Mutex<u32>,
+    freed: Condvar,
+}
+
+static ROOM_TAKEN: Room = Room {
+    taken: Mutex::new(0),
+    freed: Condvar::new(),
+};
+
+/// A scenario's share of [`ROOM`], held for its whole life and given back on drop.
+struct RoomShare(u32);
+
+impl RoomShare {
+    /// Waits until the adapter's share is free, and takes it.
+    fn take(adapter: Adapter) -> Self {
+        let want = match adapter {
+            Adapter::Claude => ROOM,
+            Adapter::Codex | Adapter::Opencode => 1,
+        };
+        let mut taken = ROOM_TAKEN
+            .taken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        while *taken + want > ROOM {
+            taken = ROOM_TAKEN
+                .freed
+                .wait(taken)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *taken += want;
+        Self(want)
+    }
+}
+
+impl Drop for RoomShare {
+    fn drop(&mut self) {
+        let mut taken = ROOM_TAKEN
+            .taken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *taken -= self.0;
+        ROOM_TAKEN.freed.notify_all();
+    }
+}
+
 /// One scenario's directories, fake LLM and agent home.
 pub struct Rig {
     _dir: tempfile::TempDir,
@@ -31,10 +87,13 @@ pub struct Rig {
     /// The harness's files: its state directory, its observer log (the wire) and its logs.
     pub s: Scenario,
     pub agent: AgentHome,
+    /// Dropped last: the room is given back once everything above is gone.
+    _room: RoomShare,
 }
 
 impl Rig {
     pub fn new(adapter: Adapter) -> Result<Self> {
+        let room = RoomShare::take(adapter);
         create_agent_cwd()?;
         let dir = tempfile::tempdir().map_err(|source| TierError::Io {
             action: "creating a temp dir",
@@ -54,6 +113,7 @@ impl Rig {
             llm,
             s,
             agent,
+            _room: room,
         })
     }
 
