@@ -56,6 +56,9 @@ pub struct SessionArgs {
     /// Mentions missed while the harness was away (patch `mentions-while-away`).
     #[command(flatten)]
     pub catch_up: CatchUpArgs,
+    /// One live harness per (relay, agent key) (patch `one-harness-per-agent`).
+    #[command(flatten)]
+    pub lease: LeaseArgs,
 }
 
 /// Restart resume: durable receipts and `session/load` / `session/resume`.
@@ -142,6 +145,18 @@ pub struct CatchUpArgs {
     #[arg(long, env = "BUZZ_ACP_NO_CATCH_UP", value_parser = BoolishValueParser::new(),
           default_value = "false", default_missing_value = "true", num_args = 0..=1)]
     pub no_catch_up: bool,
+}
+
+/// One live harness per (relay, agent key): on the embedded store, a lease file on this host
+/// (crate `buzz-lease`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
+pub struct LeaseArgs {
+    /// Where the harness takes its lease on (relay, agent key) before it connects; a second
+    /// harness for the same pair on this host refuses to start (exit status 75). Default:
+    /// buzz/buzz-acp-runtime-leases under $XDG_DATA_HOME or ~/.local/share. With patch
+    /// one-harness-per-agent.
+    #[arg(long, env = "BUZZ_ACP_LEASE_DIR", value_name = "DIR")]
+    pub lease_dir: Option<std::path::PathBuf>,
 }
 
 /// `--missed-mention-max-age` by default.
@@ -236,6 +251,11 @@ impl SessionArgs {
                 "--no-catch-up",
                 Behaviour::CatchUp,
                 self.catch_up.no_catch_up,
+            ),
+            (
+                "--lease-dir",
+                Behaviour::OneHarness,
+                self.lease.lease_dir.is_some(),
             ),
         ];
         set.into_iter()
@@ -385,6 +405,8 @@ mod tests {
             "32",
             "--metrics-listen",
             "127.0.0.1:9464",
+            "--lease-dir",
+            "/run/buzz-leases",
         ])
         .unwrap()
         .session;
@@ -403,10 +425,17 @@ mod tests {
                 "--rotate-at-context-percent continuity-handoff",
                 "--whole-thread-budget-kb continuity-handoff",
                 "--metrics-listen operator-metrics",
+                "--lease-dir one-harness-per-agent",
             ]
         );
         let residency = Behaviours::of(&[Behaviour::Residency, Behaviour::ConfigInPlace]);
-        assert_eq!(flags(residency), ["--metrics-listen operator-metrics"]);
+        assert_eq!(
+            flags(residency),
+            [
+                "--metrics-listen operator-metrics",
+                "--lease-dir one-harness-per-agent"
+            ]
+        );
         let config = cli.lifecycle_config(Behaviours::default(), true, false, Some(3));
         assert_eq!(config.behaviours, Behaviours::default());
         assert_eq!(config.continuity.whole_thread_budget_bytes, 32 * 1024);

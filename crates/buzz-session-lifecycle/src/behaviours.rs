@@ -36,11 +36,15 @@ pub enum Behaviour {
     /// listened are answered once when one is back (crate `buzz-catch-up`, the harness's glue).
     /// The lifecycle itself is unchanged; the behaviour names the patch the catch-up flags need.
     CatchUp,
+    /// `one-harness-per-agent`: a harness takes a lease on its (relay, agent key) before it
+    /// connects, and a second one for the same pair refuses to start (crate `buzz-lease`, the
+    /// harness's glue). The lifecycle is unchanged; the behaviour names the patch its flag needs.
+    OneHarness,
 }
 
 impl Behaviour {
     /// Every behaviour, in series order.
-    pub const ALL: [Behaviour; 8] = [
+    pub const ALL: [Behaviour; 9] = [
         Behaviour::ScopeKeys,
         Behaviour::CapabilityGate,
         Behaviour::DeltaContext,
@@ -49,6 +53,7 @@ impl Behaviour {
         Behaviour::ConfigInPlace,
         Behaviour::Metrics,
         Behaviour::CatchUp,
+        Behaviour::OneHarness,
     ];
 
     /// The id of the patch that switches this behaviour on.
@@ -62,6 +67,7 @@ impl Behaviour {
             Behaviour::ConfigInPlace => "model-switch-in-place",
             Behaviour::Metrics => "operator-metrics",
             Behaviour::CatchUp => "mentions-while-away",
+            Behaviour::OneHarness => "one-harness-per-agent",
         }
     }
 
@@ -73,15 +79,15 @@ impl Behaviour {
         }
     }
 
-    fn bit(self) -> u8 {
-        1 << (self as u8)
+    fn bit(self) -> u16 {
+        1 << (self as u16)
     }
 }
 
 /// A set of behaviours: the ones switched on. `Behaviours::default()` is none of them — the
 /// port of block/buzz#6088 alone. A set always holds what its behaviours require.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct Behaviours(u8);
+pub struct Behaviours(u16);
 
 impl Behaviours {
     /// Every behaviour on (the whole series).
