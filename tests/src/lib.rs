@@ -141,6 +141,11 @@ pub struct Background {
 }
 
 impl Background {
+    /// The harness's process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Asks the harness to stop (SIGTERM) and waits for it.
     pub fn stop(mut self) -> std::io::Result<ExitStatus> {
         let term = Command::new("kill")

@@ -292,6 +292,9 @@ impl Chat {
             relay,
             launch.extra,
         );
+        // The host-wide lease of `one-harness-per-agent` goes in the scenario, not in the
+        // user's data directory (`launch.env` may name a directory several scenarios share).
+        cmd.env("BUZZ_ACP_LEASE_DIR", launch.scenario.root.join("leases"));
         cmd.envs(launch.env.iter().copied());
         cmd
     }

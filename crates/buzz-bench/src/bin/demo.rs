@@ -245,6 +245,8 @@ impl Harness {
             owner_hex: &owner,
         };
         let mut cmd = s.nostr_harness_command(binary, &s.agent_command(agent, &[]), relay, &[]);
+        // The patched harness's host-wide lease (`one-harness-per-agent`) stays in the scenario.
+        cmd.env("BUZZ_ACP_LEASE_DIR", s.root.join("leases"));
         cmd.stdout(std::process::Stdio::null()).stderr(file);
         let harness = Harness(ctx(cmd.spawn(), "starting buzz-acp")?);
         buzz_bench::wait_subscribed(log, WAIT).await?;

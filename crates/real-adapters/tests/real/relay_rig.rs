@@ -229,6 +229,8 @@ impl Rig {
         let mut cmd = self
             .s
             .nostr_harness_command(harness, &self.agent.command(), relay, extra);
+        // The patched harness's host-wide lease (`one-harness-per-agent`) stays in the scenario.
+        cmd.env("BUZZ_ACP_LEASE_DIR", self.s.root.join("leases"));
         cmd.env("NO_COLOR", "1").stdout(Stdio::null()).stderr(log);
         let child = cmd
             .spawn()
