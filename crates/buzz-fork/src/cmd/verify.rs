@@ -695,9 +695,7 @@ impl Run<'_> {
         let binaries = if defects.is_empty() {
             TestBinaries::default()
         } else {
-            let mut tests = selection.clone();
-            tests.push("--tests".to_owned());
-            cargo.build_test_binaries(&tests)?.1
+            cargo.test_run_binaries(&selection)?.1
         };
         for (id, t) in &defects {
             let name = format!("{}::{}::{}", t.package, t.target, t.name);
