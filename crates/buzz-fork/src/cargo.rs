@@ -357,7 +357,7 @@ impl Cargo {
     /// # Errors
     /// When cargo cannot be started or its messages cannot be read.
     pub fn build_workspace(&self) -> Result<WorkspaceBuild> {
-        let (built, artifacts) = self.build_reporting("build", &["--workspace".to_owned()])?;
+        let (built, artifacts) = self.build_reporting(&["--workspace".to_owned()])?;
         let binaries = artifacts
             .into_iter()
             .filter(|a| !a.profile.test)
@@ -377,22 +377,6 @@ impl Cargo {
     /// # Errors
     /// When cargo cannot be started or its messages cannot be read.
     pub fn build_test_binaries(&self, selection: &[String]) -> Result<(bool, TestBinaries)> {
-        self.test_binaries("build", selection)
-    }
-
-    /// The executables `cargo test SELECTION` runs, compiled by `cargo test --no-run`: the
-    /// same dependency features as that `cargo test`, so after it nothing compiles again
-    /// (`cargo build --tests` resolves them otherwise).
-    ///
-    /// # Errors
-    /// When cargo cannot be started or its messages cannot be read.
-    pub fn test_run_binaries(&self, selection: &[String]) -> Result<(bool, TestBinaries)> {
-        let mut selection = selection.to_vec();
-        selection.push("--no-run".to_owned());
-        self.test_binaries("test", &selection)
-    }
-
-    fn test_binaries(&self, command: &str, selection: &[String]) -> Result<(bool, TestBinaries)> {
         let packages: BTreeMap<PathBuf, String> = self
             .metadata()?
             .workspace_packages()
@@ -405,11 +389,8 @@ impl Cargo {
             })
             .collect();
         let mut selection = selection.to_vec();
-        // `cargo test` has no `--keep-going` (its `--no-fail-fast` is about running).
-        if command == "build" {
-            selection.push("--keep-going".to_owned());
-        }
-        let (built, artifacts) = self.build_reporting(command, &selection)?;
+        selection.push("--keep-going".to_owned());
+        let (built, artifacts) = self.build_reporting(&selection)?;
         let mut binaries = TestBinaries::default();
         for artifact in artifacts {
             let (true, Some(exe)) = (artifact.profile.test, &artifact.executable) else {
@@ -431,15 +412,14 @@ impl Cargo {
         Ok((built, binaries))
     }
 
-    /// `cargo COMMAND SELECTION` (`build`, or `test` with `--no-run`) with
-    /// cargo's JSON messages read (diagnostics still rendered to our stderr):
-    /// whether it succeeded, and the artifacts it reported.
+    /// `cargo build SELECTION` with cargo's JSON messages read (diagnostics
+    /// still rendered to our stderr): whether it succeeded, and the
+    /// artifacts it reported.
     fn build_reporting(
         &self,
-        command: &str,
         selection: &[String],
     ) -> Result<(bool, Vec<cargo_metadata::Artifact>)> {
-        let mut cmd = self.command(command);
+        let mut cmd = self.command("build");
         cmd.args(selection)
             .arg("--message-format=json-render-diagnostics");
         let mut child = Self::spawn_piped(cmd)?;
