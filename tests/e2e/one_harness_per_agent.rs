@@ -5,8 +5,6 @@
 //! Without the patch the second harness starts, subscribes and answers too (as upstream's does,
 //! block/buzz#3832): the guard fails by the second harness's exit status.
 
-use std::process::Stdio;
-
 use buzz_acp_fork_tests::relay::{Launch, RelayWorld};
 use buzz_acp_fork_tests::*;
 
@@ -20,6 +18,7 @@ fn a_second_harness_for_the_same_agent_and_relay_refuses_to_start() {
     let leases = host.path().display().to_string();
     let env = [("BUZZ_ACP_LEASE_DIR", leases.as_str())];
     let first = w.start_env(&[], &[], &env);
+    let first_pid = first.id();
 
     let (_second_dir, second) = scenario();
     let agent_command = agent(&second, &[]);
@@ -32,10 +31,7 @@ fn a_second_harness_for_the_same_agent_and_relay_refuses_to_start() {
         env: &env,
         log: log.clone(),
     };
-    let mut cmd = w.harness_command(&launch);
-    cmd.stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("the second harness's log"));
-    let mut child = cmd.spawn().expect("the second harness starts");
+    let mut child = w.spawn_harness(&launch).expect("the second harness starts");
     let exited = wait_until(WAIT, || child.try_wait().ok().flatten());
     if exited.is_none() {
         let _ = child.kill();
@@ -49,7 +45,7 @@ fn a_second_harness_for_the_same_agent_and_relay_refuses_to_start() {
         "the second harness for the same agent and relay stops with exit status 75; its log:\n{said}"
     );
     assert!(
-        said.contains(&format!("pid {}", first.id())),
+        said.contains(&format!("pid {first_pid}")),
         "the refusal names the harness that holds the lease; the log:\n{said}"
     );
 
@@ -58,7 +54,6 @@ fn a_second_harness_for_the_same_agent_and_relay_refuses_to_start() {
         w.wait_for_reply(&root.id, WAIT).is_some(),
         "the first harness answers"
     );
-    let first_pid = first.id();
     drop(first);
     let answers = w.answers_to(&root.id);
     assert_eq!(answers, 1, "one harness answered");
@@ -68,18 +63,20 @@ fn a_second_harness_for_the_same_agent_and_relay_refuses_to_start() {
         .lines()
         .filter(|line| line.starts_with("buzz-acp: "))
         .map(|line| {
-            let line = line
-                .replace(&first_pid.to_string(), "<first harness's pid>")
-                .replace(&leases, "<leases>")
-                .replace(w.relay.ws_url().trim_end_matches('/'), "<relay>");
-            let line = redact_relay_digest(&line);
-            match line.split_once("since unix time ") {
+            // Whole fields only: the pid's digits may also occur in the port, the start time or
+            // a key.
+            let line = match line.split_once("since unix time ") {
                 Some((head, tail)) => {
                     let rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
                     format!("{head}since unix time <start>{rest}")
                 }
-                None => line,
-            }
+                None => line.to_owned(),
+            };
+            let line = line
+                .replace(&format!("(pid {first_pid},"), "(pid <first harness's pid>,")
+                .replace(&leases, "<leases>")
+                .replace(w.relay.ws_url().trim_end_matches('/'), "<relay>");
+            redact_relay_digest(&line)
         })
         .collect();
     insta::assert_json_snapshot!(

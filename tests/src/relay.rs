@@ -249,15 +249,8 @@ impl Chat {
     /// # Errors
     /// The harness could not be started, or did not subscribe within [`WAIT`].
     pub fn start_harness(&self, launch: Launch<'_>) -> Result<Background, ChatSetupError> {
-        let io = |what: &str| {
-            let what = what.to_string();
-            move |source| ChatSetupError::Io { what, source }
-        };
-        let log = std::fs::File::create(&launch.log).map_err(io("creating the harness log"))?;
-        let mut cmd = self.harness_command(&launch);
-        cmd.stdout(Stdio::null()).stderr(log);
         let background = Background {
-            child: cmd.spawn().map_err(io("starting buzz-acp"))?,
+            child: self.spawn_harness(&launch)?,
         };
         let subscribed = crate::wait_until(WAIT, || {
             std::fs::read_to_string(&launch.log)
@@ -275,6 +268,25 @@ impl Chat {
 }
 
 impl Chat {
+    /// Starts `launch`'s harness on this relay, its stderr in `launch.log`, without waiting for
+    /// anything.
+    ///
+    /// # Errors
+    /// The log could not be created or the harness could not be started.
+    pub fn spawn_harness(
+        &self,
+        launch: &Launch<'_>,
+    ) -> Result<std::process::Child, ChatSetupError> {
+        let io = |what: &str| {
+            let what = what.to_string();
+            move |source| ChatSetupError::Io { what, source }
+        };
+        let log = std::fs::File::create(&launch.log).map_err(io("creating the harness log"))?;
+        let mut cmd = self.harness_command(launch);
+        cmd.stdout(Stdio::null()).stderr(log);
+        cmd.spawn().map_err(io("starting buzz-acp"))
+    }
+
     /// The command line of `launch`'s harness on this relay, as the agent (its secret key in
     /// `BUZZ_PRIVATE_KEY`), with `launch`'s environment; its output is left to the caller.
     pub fn harness_command(&self, launch: &Launch<'_>) -> std::process::Command {

@@ -649,19 +649,6 @@ impl Cargo {
             .flat_map(|t| t.kind.iter().map(|k| (k.clone(), t.name.clone())))
             .collect())
     }
-
-    /// Workspace member package names.
-    ///
-    /// # Errors
-    /// [`Error::CargoMetadata`] when cargo fails.
-    pub fn workspace_packages(&self) -> Result<Vec<String>> {
-        let meta = self.metadata()?;
-        Ok(meta
-            .workspace_packages()
-            .into_iter()
-            .map(|p| p.name.to_string())
-            .collect())
-    }
 }
 
 /// The host's target triple, as the compiler next to `cargo` names it

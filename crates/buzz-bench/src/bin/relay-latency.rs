@@ -75,6 +75,8 @@ impl Observer {
     }
 }
 
+/// The owner's mention in the channel, posted through the relay's REST side and timed from
+/// there; `thread` = (root, parent).
 async fn mention(
     relay: &TestRelay,
     owner: &Keys,

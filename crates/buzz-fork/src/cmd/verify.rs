@@ -153,9 +153,9 @@ fn suite_selection(unchanged: &BTreeSet<String>) -> Vec<String> {
 }
 
 /// The whole suite in one `cargo test`, with the defect tests skipped by their
-/// exact names (each runs alone afterwards, and must fail). A test of another
-/// target with the very name of a defect test would be skipped as well;
-/// defect tests are named for the defect they pin.
+/// exact names (each ran alone before it, and failed as it must). A test of
+/// another target with the very name of a defect test would be skipped as
+/// well; defect tests are named for the defect they pin.
 fn whole_suite(cargo: &Cargo, defects: &[TestRef], selection: &[String]) -> Result<bool> {
     let mut selection = selection.to_vec();
     selection.push("--no-fail-fast".to_owned());
@@ -171,7 +171,8 @@ fn whole_suite(cargo: &Cargo, defects: &[TestRef], selection: &[String]) -> Resu
 }
 
 /// Runs the test named `name` (exactly) wherever `cargo test SELECTION` finds it: passed,
-/// failed (with its panic), not found (no target has it) or not compiled.
+/// failed (with its panic), not found (no target has it) or not compiled. Not narrowed to the
+/// test's own target: `--test <target>` would change the selection, and with it the features.
 fn run_by_name(cargo: &Cargo, selection: &[String], name: &str) -> Result<TestRun> {
     let mut selection = selection.to_vec();
     selection.push("--no-fail-fast".to_owned());
