@@ -17,9 +17,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::error::StoreError;
+use crate::fence::Fence;
 use crate::key::{KeyScheme, StoreScope};
 use crate::migrate::{self, Migration};
-use crate::pg::PgStore;
+use crate::pg::{PgOptions, PgStore};
 use crate::receipt_store::{ReceiptStore, UnixMillis};
 use crate::sqlite::{self, SqliteStore};
 
@@ -53,6 +54,11 @@ pub struct StoreArgs {
         value_parser = parse_cap
     )]
     pub max_session_receipts: usize,
+
+    /// The lease token this harness's writes must carry (PostgreSQL only): set at run time by
+    /// the lease's keeper, never from the command line. `None`: writes are not fenced.
+    #[arg(skip)]
+    pub fence: Option<Fence>,
 }
 
 impl StoreArgs {
@@ -173,6 +179,8 @@ pub struct StoreConfig {
     pub max_receipts: usize,
     /// The harness's state directory, searched for an old JSON store to import.
     pub state_dir: PathBuf,
+    /// The lease token every write must carry (PostgreSQL only; see [`crate::fence`]).
+    pub fence: Option<Fence>,
 }
 
 impl StoreConfig {
@@ -192,6 +200,7 @@ impl StoreConfig {
             scheme,
             max_receipts: args.max_session_receipts,
             state_dir: state_dir.to_path_buf(),
+            fence: args.fence.clone(),
         })
     }
 }
@@ -236,11 +245,15 @@ pub fn open_with_report(config: &StoreConfig, now: UnixMillis) -> Result<Opened,
             config.scheme,
             config.max_receipts,
         )?),
-        Backend::Postgres { url } => Box::new(PgStore::open(
+        Backend::Postgres { url } => Box::new(PgStore::open_with(
             url,
             config.scope.clone(),
             config.scheme,
             config.max_receipts,
+            PgOptions {
+                fence: config.fence.clone(),
+                ..PgOptions::default()
+            },
         )?),
     };
     let migration = migrate::import_json_store(
@@ -416,6 +429,7 @@ mod tests {
                 scheme: KeyScheme::Scope,
                 max_receipts: 10,
                 state_dir: dir.path().to_path_buf(),
+                fence: None,
             };
             assert!(matches!(open(&config), Err(StoreError::Config { .. })));
         }

@@ -120,6 +120,18 @@ pub enum StoreError {
         /// What is wrong, naming the offending value.
         reason: String,
     },
+    /// A write of a harness that does not hold its agent's lease (PostgreSQL, with a
+    /// [`crate::Fence`]): the lease is another's, has expired, or was never granted. Nothing was
+    /// written, and nothing this harness writes will be until it holds the lease again.
+    #[error("session store: {op} on PostgreSQL {target} refused: {reason}")]
+    Fenced {
+        /// Server and database without credentials.
+        target: String,
+        /// The operation refused.
+        op: &'static str,
+        /// Whose lease it is, or why this harness's token does not count.
+        reason: String,
+    },
     /// The store refused a harness that is starting, for a reason that lasts ([`Healing`]):
     /// the harness does not start, rather than run without the sessions it was asked to keep.
     #[error(
@@ -159,6 +171,7 @@ impl StoreError {
             | Self::NotFound { .. }
             | Self::SchemaTooNew { .. }
             | Self::Config { .. } => None,
+            Self::Fenced { .. } => Some(PermanentReason::NotLeaseHolder),
             Self::Refused { reason, .. } => Some(*reason),
         };
         match permanent {
@@ -220,6 +233,9 @@ pub enum PermanentReason {
     /// the state directory cannot be created, or the database file or its log cannot be created
     /// or opened for writing by this process's user, given the owners and modes along the path.
     FilePermissionDenied,
+    /// This harness does not hold its agent's lease across machines: another harness serves the
+    /// agent, or this one was cut off from the database for longer than the lease.
+    NotLeaseHolder,
 }
 
 impl PermanentReason {
@@ -231,6 +247,7 @@ impl PermanentReason {
             Self::RoleNotAdmitted => "role_not_admitted",
             Self::DatabaseMissing => "database_missing",
             Self::FilePermissionDenied => "file_permission_denied",
+            Self::NotLeaseHolder => "not_lease_holder",
         }
     }
 }
@@ -249,6 +266,9 @@ impl fmt::Display for PermanentReason {
             }
             Self::DatabaseMissing => {
                 "the database named in the store URL does not exist on the PostgreSQL server (SQLSTATE 3D000); create it, or correct the URL"
+            }
+            Self::NotLeaseHolder => {
+                "this harness does not hold its agent's lease: another harness serves the agent now (or this one lost the database for longer than the lease), so it writes nothing"
             }
             Self::FilePermissionDenied => {
                 "permission denied on the store's directory or file: the process's user may not create or write it (check the owner and mode of the state directory)"

@@ -20,6 +20,7 @@
 //! | [`disabled`] | [`DisabledStore`]: resume switched off; every write says it was not written |
 //! | [`config`] | [`StoreArgs`] (flags), [`StoreConfig`] and [`open`]; [`open_backend`] for operators' tools |
 //! | [`migrate`] | the one-time import of the old JSON file, kept as a backup |
+//! | [`fence`] | [`Fence`]: the lease token a PostgreSQL store's writes must carry, shared with the lease's keeper |
 //! | [`error`] | [`StoreError`], shared by every store, and [`StoreError::healing`]: whether a failure will pass or needs an operator ([`Healing`], [`PermanentReason`]) |
 //!
 //! Private: `row` (the functional core of the SQL backends: rows, and the rules applied to their
@@ -44,6 +45,7 @@
 pub mod config;
 pub mod disabled;
 pub mod error;
+pub mod fence;
 pub mod key;
 pub mod migrate;
 pub mod pg;
@@ -64,9 +66,10 @@ pub use config::{
 };
 pub use disabled::DisabledStore;
 pub use error::{Healing, PermanentReason, StoreError};
+pub use fence::Fence;
 pub use key::{KeyError, KeyScheme, ScopeKey, StoreScope};
 pub use migrate::Migration;
-pub use pg::{DEFAULT_CALL_TIMEOUT, PgOptions, PgStore};
+pub use pg::{DEFAULT_CALL_TIMEOUT, LeaseAnswer, PgOptions, PgStore};
 pub use pg_tls::{RootSource, TlsMode};
 pub use receipt_store::{
     BackendKind, ChannelRemoval, CommitOutcome, Expect, ForgetOutcome, ImportOutcome, PutOutcome,

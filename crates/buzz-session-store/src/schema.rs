@@ -23,17 +23,25 @@
 //! [`crate::ReceiptStore::watermark`]). NULL: none recorded. A harness at revision 1 never names
 //! the column, so it keeps registering its scope and writing receipts on a revision-2 database.
 //!
-//! A migration applies each missing revision in turn (0 → 1 → 2), in the transaction that holds
+//! Revision 3 adds, on PostgreSQL only, the table `buzz_receipt_leases`: which harness of a
+//! (relay, agent key) serves it across machines, its fencing token and until when (see
+//! [`crate::fence`]). The embedded store records the revision and adds nothing: its harness's lease
+//! is a lock file on its host. A harness at revision 2 never names the table.
+//!
+//! A migration applies each missing revision in turn (0 → 1 → 2 → 3), in the transaction that holds
 //! the schema lock, and records the last one.
 
 /// The schema line this build reads and writes.
 pub(crate) const LINE: i64 = 1;
 
 /// The newest revision of [`LINE`] this build creates.
-pub(crate) const REVISION: i64 = 2;
+pub(crate) const REVISION: i64 = 3;
 
 /// The first revision that has `buzz_receipt_scopes.watermark_s`.
 pub(crate) const WATERMARK_REVISION: i64 = 2;
+
+/// The first revision that has `buzz_receipt_leases` (PostgreSQL).
+pub(crate) const LEASE_REVISION: i64 = 3;
 
 /// Whether a store may write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

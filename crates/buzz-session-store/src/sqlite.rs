@@ -114,11 +114,18 @@ ALTER TABLE buzz_receipt_scopes ADD COLUMN watermark_s INTEGER;
 UPDATE buzz_receipt_revision SET revision = 2;
 ";
 
+/// Revision 3 adds the lease table on PostgreSQL; here it is recorded and adds nothing (the
+/// embedded store's harness holds a lock file on its host instead).
+const REVISION_3: &str = "
+UPDATE buzz_receipt_revision SET revision = 3;
+";
+
 /// The additive revisions in order, each with the operation its errors name: entry `n - 1`
 /// brings a database from revision `n - 1` to `n`. Its length is [`schema::REVISION`].
 const REVISIONS: [(&str, &str); schema::REVISION as usize] = [
     (REVISION_1, "apply schema revision 1"),
     (REVISION_2, "apply schema revision 2"),
+    (REVISION_3, "apply schema revision 3"),
 ];
 
 /// Writes one receipt over whatever row the key has (`put`, and `import` over a row that is not

@@ -230,8 +230,8 @@ fn a_revision_0_database_is_migrated_and_the_old_harness_keeps_working_beside_it
     drop(reader);
 
     let new = PgStore::open(&url, scope(), KeyScheme::Scope, 10).unwrap();
-    assert_eq!(new.revision(), 2, "revision 1, then 2");
-    assert_eq!(recorded_revision(&mut old), 2);
+    assert_eq!(new.revision(), 3, "revisions 1, 2 and 3");
+    assert_eq!(recorded_revision(&mut old), 3);
     assert_eq!(new.watermark().unwrap(), None);
     let version: i64 = old
         .query_one("SELECT version FROM buzz_receipt_schema", &[])
@@ -369,7 +369,7 @@ fn recorded_revision(client: &mut postgres::Client) -> i64 {
 }
 
 #[test]
-fn a_revision_1_database_is_migrated_to_2_and_the_revision_1_harness_keeps_working_beside_it() {
+fn a_revision_1_database_is_migrated_forward_and_the_revision_1_harness_keeps_working_beside_it() {
     let Some(m) = medium() else { return };
     let url = pg_url(&m);
     {
@@ -395,8 +395,8 @@ fn a_revision_1_database_is_migrated_to_2_and_the_revision_1_harness_keeps_worki
     );
 
     let new = PgStore::open(&url, scope(), KeyScheme::Scope, 10).unwrap();
-    assert_eq!(new.revision(), 2);
-    assert_eq!(recorded_revision(&mut old.client), 2);
+    assert_eq!(new.revision(), 3);
+    assert_eq!(recorded_revision(&mut old.client), 3);
     let read = new.get(&thread(1)).unwrap().unwrap();
     assert_eq!((read.session_id.as_str(), read.turns), ("s-1", Some(7)));
     assert_eq!(new.len().unwrap(), 1);
@@ -412,12 +412,172 @@ fn a_revision_1_database_is_migrated_to_2_and_the_revision_1_harness_keeps_worki
     assert_eq!(new.watermark().unwrap(), Some(100));
     assert_eq!(new.len().unwrap(), 1);
     let reader = PgStore::open_read_only(&url, scope(), KeyScheme::Scope).unwrap();
-    assert_eq!(reader.revision(), 2);
+    assert_eq!(reader.revision(), 3);
     assert_eq!(reader.watermark().unwrap(), Some(100));
     drop(reader);
     // Opening a migrated database again migrates nothing.
     drop(new);
     let again = PgStore::open(&url, scope(), KeyScheme::Scope, 10).unwrap();
-    assert_eq!(again.revision(), 2);
+    assert_eq!(again.revision(), 3);
     assert_eq!(again.watermark().unwrap(), Some(100));
+}
+
+/// A store of the contract's scope on `m`, whose writes carry `fence`.
+fn fenced_store(m: &Medium, fence: &buzz_session_store::Fence) -> PgStore {
+    PgStore::open_with(
+        &pg_url(m),
+        scope(),
+        KeyScheme::Scope,
+        10,
+        buzz_session_store::PgOptions {
+            fence: Some(fence.clone()),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+fn fenced(result: Result<buzz_session_store::PutOutcome, StoreError>) -> String {
+    match result {
+        Err(err @ StoreError::Fenced { .. }) => {
+            assert_eq!(
+                err.healing(),
+                Healing::Permanent {
+                    reason: buzz_session_store::PermanentReason::NotLeaseHolder
+                }
+            );
+            err.to_string()
+        }
+        other => panic!("expected a fenced write, got {other:?}"),
+    }
+}
+
+#[test]
+fn one_holder_at_a_time_and_a_token_taken_over_writes_nothing() {
+    use buzz_session_store::{Expect, Fence, LeaseAnswer};
+    let Some(m) = medium() else { return };
+    let lifetime = std::time::Duration::from_secs(60);
+    let (fence_a, fence_b) = (Fence::new(), Fence::new());
+    let a = fenced_store(&m, &fence_a);
+    let b = fenced_store(&m, &fence_b);
+    let key = thread(1);
+    let now = UnixMillis(1_000);
+
+    // Nobody holds the lease yet: a fenced store writes nothing.
+    assert!(
+        fenced(a.put(&key, &contract::record("s-a"), &Expect::Absent, now))
+            .contains("holds no lease")
+    );
+
+    assert_eq!(
+        a.acquire_lease("host-a", lifetime).unwrap(),
+        LeaseAnswer::Held { token: 1 }
+    );
+    fence_a.hold(1);
+    assert_eq!(
+        b.acquire_lease("host-b", lifetime).unwrap(),
+        LeaseAnswer::HeldBy {
+            holder: "host-a".into(),
+            token: 1
+        }
+    );
+    put_new(&a, &key, "s-a", 1_000);
+    fence_b.hold(1); // B pretends to hold A's token: the holder's name is not what counts.
+    assert_eq!(
+        a.renew_lease("host-a", 1, lifetime).unwrap(),
+        LeaseAnswer::Held { token: 1 }
+    );
+
+    // A stops cleanly; B is granted the next token at once, and A's token writes nothing.
+    assert!(a.release_lease("host-a", 1).unwrap());
+    assert_eq!(
+        b.acquire_lease("host-b", lifetime).unwrap(),
+        LeaseAnswer::Held { token: 2 }
+    );
+    fence_b.hold(2);
+    let refused = fenced(a.put(
+        &key,
+        &contract::record("s-late"),
+        &Expect::Session("s-a".into()),
+        UnixMillis(2_000),
+    ));
+    assert!(refused.contains("host-b with token 2"), "{refused}");
+    assert!(matches!(
+        a.advance_watermark(500),
+        Err(StoreError::Fenced { .. })
+    ));
+    assert_eq!(
+        a.renew_lease("host-a", 1, lifetime).unwrap(),
+        LeaseAnswer::HeldBy {
+            holder: "host-b".into(),
+            token: 2
+        }
+    );
+    assert!(!a.release_lease("host-a", 1).unwrap(), "not A's to release");
+    assert_eq!(
+        b.get(&key).unwrap().unwrap().session_id,
+        "s-a",
+        "A's late write did not land"
+    );
+    assert_eq!(b.advance_watermark(700).unwrap(), Some(700));
+    assert_eq!(a.watermark().unwrap(), Some(700), "reads are not fenced");
+}
+
+#[test]
+fn an_expired_lease_writes_nothing_until_renewed_and_goes_to_whoever_asks_first() {
+    use buzz_session_store::{Fence, LeaseAnswer};
+    let Some(m) = medium() else { return };
+    let (fence_a, fence_b) = (Fence::new(), Fence::new());
+    let a = fenced_store(&m, &fence_a);
+    let b = fenced_store(&m, &fence_b);
+
+    // A lifetime of zero has expired by the next statement, by the database's clock.
+    assert_eq!(
+        a.acquire_lease("host-a", std::time::Duration::ZERO)
+            .unwrap(),
+        LeaseAnswer::Held { token: 1 }
+    );
+    fence_a.hold(1);
+    assert!(
+        fenced(
+            a.advance_watermark(100)
+                .map(|_| buzz_session_store::PutOutcome::Written {
+                    created: false,
+                    evicted: 0
+                })
+        )
+        .contains("expired")
+    );
+    // Nobody took it meanwhile: A's renewal keeps its token and its writes count again.
+    let minute = std::time::Duration::from_secs(60);
+    assert_eq!(
+        a.renew_lease("host-a", 1, minute).unwrap(),
+        LeaseAnswer::Held { token: 1 }
+    );
+    assert_eq!(a.advance_watermark(100).unwrap(), Some(100));
+
+    assert_eq!(
+        a.renew_lease("host-a", 1, std::time::Duration::ZERO)
+            .unwrap(),
+        LeaseAnswer::Held { token: 1 }
+    );
+    assert_eq!(
+        b.acquire_lease("host-b", minute).unwrap(),
+        LeaseAnswer::Held { token: 2 }
+    );
+    assert_eq!(
+        a.renew_lease("host-a", 1, minute).unwrap(),
+        LeaseAnswer::HeldBy {
+            holder: "host-b".into(),
+            token: 2
+        }
+    );
+    // A asking again (a standby once more) is refused while B's lease lives.
+    assert_eq!(
+        a.acquire_lease("host-a", minute).unwrap(),
+        LeaseAnswer::HeldBy {
+            holder: "host-b".into(),
+            token: 2
+        }
+    );
 }

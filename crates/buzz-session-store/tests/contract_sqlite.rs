@@ -276,8 +276,8 @@ fn a_revision_0_database_is_migrated_and_the_old_harness_keeps_working_beside_it
     drop(reader);
 
     let new = open(&path).unwrap();
-    assert_eq!(new.revision(), 2, "revision 1, then 2");
-    assert_eq!(recorded_revision(&old), 2);
+    assert_eq!(new.revision(), 3, "revisions 1, 2 and 3");
+    assert_eq!(recorded_revision(&old), 3);
     assert_eq!(new.watermark().unwrap(), None);
     assert!(old_harness_accepts(&old), "the old harness still opens it");
     let read = new.get(&thread(1)).unwrap().unwrap();
@@ -379,7 +379,7 @@ fn recorded_revision(conn: &rusqlite::Connection) -> i64 {
 }
 
 #[test]
-fn a_revision_1_database_is_migrated_to_2_and_the_revision_1_harness_keeps_working_beside_it() {
+fn a_revision_1_database_is_migrated_forward_and_the_revision_1_harness_keeps_working_beside_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = db_path(dir.path());
     let old = rusqlite::Connection::open(&path).unwrap();
@@ -403,8 +403,8 @@ fn a_revision_1_database_is_migrated_to_2_and_the_revision_1_harness_keeps_worki
     );
 
     let new = open(&path).unwrap();
-    assert_eq!(new.revision(), 2);
-    assert_eq!(recorded_revision(&old), 2);
+    assert_eq!(new.revision(), 3);
+    assert_eq!(recorded_revision(&old), 3);
     assert!(old_harness_accepts(&old), "the schema line is still 1");
     let read = new.get(&thread(1)).unwrap().unwrap();
     assert_eq!((read.session_id.as_str(), read.turns), ("s-1", Some(7)));
@@ -420,13 +420,13 @@ fn a_revision_1_database_is_migrated_to_2_and_the_revision_1_harness_keeps_worki
     assert_eq!(new.watermark().unwrap(), Some(100));
     assert_eq!(new.len().unwrap(), 1);
     let reader = SqliteStore::open_read_only(&path, scope(), KeyScheme::Scope).unwrap();
-    assert_eq!(reader.revision(), 2);
+    assert_eq!(reader.revision(), 3);
     assert_eq!(reader.watermark().unwrap(), Some(100));
     drop(reader);
     // Opening a migrated database again migrates nothing.
     drop(new);
     let again = open(&path).unwrap();
-    assert_eq!(again.revision(), 2);
+    assert_eq!(again.revision(), 3);
     assert_eq!(again.watermark().unwrap(), Some(100));
     again.integrity_check().unwrap();
 }

@@ -160,6 +160,7 @@ fn a_call_against_a_frozen_server_returns_within_its_deadline_and_the_store_reco
     };
     let options = PgOptions {
         call_timeout: Duration::from_secs(2),
+        ..PgOptions::default()
     };
     let store = PgStore::open_with(&pg.url(), scope(), KeyScheme::Scope, 100, options).unwrap();
     store

@@ -30,6 +30,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::sql::{Db, pg_err};
 use crate::error::StoreError;
+use crate::fence::Fence;
 use crate::key::StoreScope;
 use crate::pg_tls;
 use crate::schema::Access;
@@ -84,6 +85,7 @@ impl Connection {
         scope: &StoreScope,
         access: Access,
         deadline: Duration,
+        fence: Option<Fence>,
     ) -> Result<Opened, StoreError> {
         let target_spec = pg_tls::parse_url(url)?;
         let tls = pg_tls::connector(&target_spec)?;
@@ -114,6 +116,7 @@ impl Connection {
             scope_id: None,
             access,
             revision: 0,
+            fence,
         };
         let thread_scope = scope.clone();
         let worker = thread::Builder::new()
@@ -256,6 +259,17 @@ pub(super) struct Link {
     pub(super) scope_id: Option<i64>,
     pub(super) access: Access,
     pub(super) revision: i64,
+    /// The lease token every receipt write must carry (see [`crate::fence`]).
+    fence: Option<Fence>,
+}
+
+/// Whether a transaction checks the lease first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fencing {
+    /// A receipt or watermark write: only while this harness holds the lease.
+    Checked,
+    /// Opening the store, or the lease's own rows.
+    Exempt,
 }
 
 impl Link {
@@ -308,12 +322,35 @@ impl Link {
     }
 
     /// Runs `body` in a transaction and commits it, retrying what the server rolled back as a
-    /// serialization failure or deadlock.
+    /// serialization failure or deadlock. With a fence, only while this harness holds the lease.
     pub(super) async fn write<T>(
         &mut self,
         op: &'static str,
+        body: impl AsyncFnMut(&mut Db<'_, Transaction<'_>>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.transaction(op, Fencing::Checked, body).await
+    }
+
+    /// [`Link::write`] for what the fence does not cover: opening the store, and the lease's
+    /// own row.
+    pub(super) async fn write_exempt<T>(
+        &mut self,
+        op: &'static str,
+        body: impl AsyncFnMut(&mut Db<'_, Transaction<'_>>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.transaction(op, Fencing::Exempt, body).await
+    }
+
+    async fn transaction<T>(
+        &mut self,
+        op: &'static str,
+        fencing: Fencing,
         mut body: impl AsyncFnMut(&mut Db<'_, Transaction<'_>>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        let fence = match fencing {
+            Fencing::Checked => self.fence.clone(),
+            Fencing::Exempt => None,
+        };
         let mut attempt = 1;
         loop {
             let scope_id = self.scope_id;
@@ -331,7 +368,13 @@ impl Link {
                 op,
                 scope_id,
             };
-            let result = body(&mut db).await;
+            let result = match &fence {
+                Some(fence) => match db.check_lease(fence.token()).await {
+                    Ok(()) => body(&mut db).await,
+                    Err(e) => Err(e),
+                },
+                None => body(&mut db).await,
+            };
             let result = match result {
                 Ok(out) => tx.commit().await.map(|()| out).map_err(pg_err(&target, op)),
                 Err(e) => Err(e),

@@ -8,6 +8,10 @@
 //!
 //! * Conditional writes read the key's receipt row `FOR UPDATE` (and its tombstone), decide in the
 //!   functional core (`row.rs`), and write guarded by the session id.
+//! * With a [`Fence`] ([`PgOptions::fence`]), every write transaction first reads the agent's
+//!   lease row `FOR SHARE` and goes on only while it names the fence's token and has not expired
+//!   by the database's clock ([`StoreError::Fenced`] otherwise): a harness that lost its lease
+//!   writes nothing, and a takeover (an `UPDATE` of that row) waits for writes in flight.
 //! * The watermark is a column of the scope's row (`watermark_s`, schema revision 2): an advance
 //!   is one `UPDATE … GREATEST(…) RETURNING`, so concurrent advances keep the largest.
 //! * Operations that add or delete receipts lock the scope's counter row first, so they serialise
@@ -35,6 +39,7 @@
 //! | `connection.rs` | the connection thread: jobs and their deadlines, (re)connecting, transactions and their retry |
 //! | `schema.rs` | what an open does in the database: the schema created, checked or migrated, the scope registered |
 //! | `sql.rs` | one query context (`sql::Db`): prepared statements, the row-level helpers, rows mapped to `Row` |
+//! | `lease.rs` | the agent's lease across machines: acquire, renew, release, by the database's clock |
 //! | `import.rs` | the bulk import: batched reads, the core's decisions, one `unnest` insert per batch |
 //!
 //! A `ReceiptStore` method sends the connection thread a job (an async closure over the
@@ -43,13 +48,17 @@
 
 mod connection;
 mod import;
+mod lease;
 mod schema;
 mod sql;
+
+pub use lease::LeaseAnswer;
 
 use std::fmt;
 use std::time::Duration;
 
 use crate::error::StoreError;
+use crate::fence::Fence;
 use crate::key::{KeyScheme, ScopeKey, StoreScope};
 use crate::receipt_store::{
     BackendKind, ChannelRemoval, CommitOutcome, Expect, ForgetOutcome, ImportOutcome, PutOutcome,
@@ -70,17 +79,21 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const IMPORT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Client-side limits of a [`PgStore`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PgOptions {
     /// The longest one call waits for the server (connecting included) before it is answered
     /// [`StoreError::Unavailable`] and the connection is dropped.
     pub call_timeout: Duration,
+    /// The lease token every write must carry (see [`crate::fence`]); `None`: writes are not
+    /// fenced (one harness per database, an operator's tool).
+    pub fence: Option<Fence>,
 }
 
 impl Default for PgOptions {
     fn default() -> Self {
         Self {
             call_timeout: DEFAULT_CALL_TIMEOUT,
+            fence: None,
         }
     }
 }
@@ -121,7 +134,13 @@ impl PgStore {
         access: Access,
         options: PgOptions,
     ) -> Result<Self, StoreError> {
-        let opened = Connection::start(url, &scope, access, options.call_timeout)?;
+        let opened = Connection::start(
+            url,
+            &scope,
+            access,
+            options.call_timeout,
+            options.fence.clone(),
+        )?;
         if access == Access::ReadWrite {
             tracing::info!(target = %opened.target, relay = %scope.relay, scheme = ?scheme, max_receipts, revision = opened.revision, "session store opened (postgres)");
         }

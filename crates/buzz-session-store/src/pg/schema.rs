@@ -61,9 +61,22 @@ ALTER TABLE buzz_receipt_scopes ADD COLUMN IF NOT EXISTS watermark_s BIGINT;
 UPDATE buzz_receipt_schema SET revision = 2;
 "#;
 
+/// Revision 3, additive (see [`crate::schema`]): the lease of each (relay, agent key) across
+/// machines. `token` is raised at each grant, so it only grows; `expires_at` is the database's
+/// clock.
+const REVISION_3: &str = r#"
+CREATE TABLE IF NOT EXISTS buzz_receipt_leases (
+    scope_id   BIGINT      PRIMARY KEY REFERENCES buzz_receipt_scopes (id),
+    holder     TEXT        NOT NULL,
+    token      BIGINT      NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+);
+UPDATE buzz_receipt_schema SET revision = 3;
+"#;
+
 /// The additive revisions in order: entry `n - 1` brings a database from revision `n - 1` to
 /// `n`. Its length is [`schema::REVISION`].
-const REVISIONS: [&str; schema::REVISION as usize] = [REVISION_1, REVISION_2];
+const REVISIONS: [&str; schema::REVISION as usize] = [REVISION_1, REVISION_2, REVISION_3];
 
 /// What the connection thread learnt at open.
 pub(super) struct Opening {
@@ -77,7 +90,7 @@ impl Link {
         let target = self.target.clone();
         let revision = match self.access {
             Access::ReadWrite => {
-                self.write("open", async |db| migrate_schema(db, &target).await)
+                self.write_exempt("open", async |db| migrate_schema(db, &target).await)
                     .await?
             }
             Access::ReadOnly => {
@@ -90,7 +103,7 @@ impl Link {
         let agent = scope.agent_pubkey.clone();
         self.scope_id = match self.access {
             Access::ReadWrite => Some(
-                self.write("open", async |db| {
+                self.write_exempt("open", async |db| {
                     db.execute(
                         "INSERT INTO buzz_receipt_scopes (relay, agent_pubkey) VALUES ($1, $2)
                          ON CONFLICT (relay, agent_pubkey) DO NOTHING",

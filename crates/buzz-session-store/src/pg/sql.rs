@@ -13,6 +13,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{GenericClient, Statement};
 
 use crate::error::StoreError;
+use crate::fence::{self, LeaseRow};
 use crate::receipt_store::UnixMillis;
 use crate::row::{self, CommitColumns, LedgerColumns, Row, State};
 use crate::schema::{receipt_columns, replace_on_conflict};
@@ -133,6 +134,37 @@ impl<C: GenericClient + Sync> Db<'_, C> {
             .query_one(&statement, params)
             .await
             .map_err(self.error())
+    }
+
+    /// Reads the agent's lease `FOR SHARE` (a takeover waits for this transaction) and refuses
+    /// the write unless it is `token`'s and live ([`crate::fence::refusal`]).
+    pub(super) async fn check_lease(&mut self, token: Option<u64>) -> Result<(), StoreError> {
+        let scope_id = self.scope()?;
+        let row = self
+            .query_opt(
+                "SELECT holder, token, expires_at > clock_timestamp() FROM buzz_receipt_leases
+                 WHERE scope_id = $1 FOR SHARE",
+                &[&scope_id],
+            )
+            .await?;
+        let lease = row
+            .map(|row| -> Result<LeaseRow, tokio_postgres::Error> {
+                Ok(LeaseRow {
+                    holder: row.try_get(0)?,
+                    token: u64::try_from(row.try_get::<_, i64>(1)?).unwrap_or(0),
+                    live: row.try_get(2)?,
+                })
+            })
+            .transpose()
+            .map_err(self.error())?;
+        match fence::refusal(token, lease.as_ref()) {
+            None => Ok(()),
+            Some(reason) => Err(StoreError::Fenced {
+                target: self.target.to_owned(),
+                op: self.op,
+                reason,
+            }),
+        }
     }
 
     /// Locks the scope's counter row (first lock of every add/delete) and returns the count.

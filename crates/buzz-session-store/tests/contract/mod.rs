@@ -50,6 +50,7 @@ impl Medium {
             scheme,
             max_receipts: cap,
             state_dir: self.state_dir.path().to_path_buf(),
+            fence: None,
         }
     }
 

@@ -135,6 +135,7 @@ impl Handle {
                     scheme: KeyScheme::Scope,
                     max_receipts: 10_000_000,
                     state_dir: place.dir.clone(),
+                    fence: None,
                 };
                 Ok(Self::Store(ctx(
                     buzz_session_store::open(&config),
