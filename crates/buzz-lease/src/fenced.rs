@@ -340,12 +340,21 @@ impl FencedLease {
     /// lease and its serving time is not over. Asked right before every publish attempt.
     pub fn may_publish(&self, now: Instant) -> Option<Token> {
         match &self.phase {
-            Phase::Holding {
-                token,
-                confirmed_at,
-                ..
-            } if now < *confirmed_at + self.settings.serving_time() => Some(*token),
+            Phase::Holding { token, .. } if self.serving_until().is_some_and(|end| now < end) => {
+                Some(*token)
+            }
             _ => None,
+        }
+    }
+
+    /// Until when this harness may publish, as [`FencedLease::may_publish`] decides it (none:
+    /// it does not hold the lease). Moves only when an answer or the time comes in.
+    pub fn serving_until(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Holding { confirmed_at, .. } => {
+                Some(*confirmed_at + self.settings.serving_time())
+            }
+            Phase::Standby { .. } => None,
         }
     }
 

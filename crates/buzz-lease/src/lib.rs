@@ -4,14 +4,20 @@
 //! (block/buzz#3832, #5759). Upstream's proposed answer (PR #5931, open) is local: a lock file per
 //! agent key × relay under the user's local data directory, which a second process on the host
 //! cannot take. This crate is that lease for a harness on the embedded store ([`local`]), and
-//! the rules of the lease across machines ([`fenced`]: a state machine without I/O that the
-//! PostgreSQL store's shell will drive; not wired into the harness yet).
+//! the lease across machines on the PostgreSQL store: its rules ([`fenced`], a state machine
+//! without I/O), the shell that drives it beside the harness ([`keeper`]) and the store's side
+//! ([`pg`]).
 //!
 //! The rules are plain functions and types ([`LeaseName`], [`default_dir`], [`FencedLease`]); the
-//! one piece of I/O is taking and holding the lock file ([`LocalLease::take`]).
+//! I/O is taking and holding the lock file ([`LocalLease::take`]) and the keeper's requests to
+//! the store ([`Keeper`]).
 
 pub mod fenced;
+pub mod keeper;
 pub mod local;
+pub mod pg;
 
 pub use fenced::{Effect, FencedLease, Input, LeaseSettings, SettingsError, StopReason, Token};
+pub use keeper::{Grant, Keeper, LeaseStore, PublishGate, Status};
 pub use local::{EXIT_HELD_ELSEWHERE, Holder, LeaseError, LeaseName, LocalLease, default_dir};
+pub use pg::{PgLeaseStore, holder_name};
