@@ -109,3 +109,160 @@ fn redact_relay_digest(line: &str) -> String {
         _ => line.to_owned(),
     }
 }
+
+/// The lease across machines (`--lease-across-machines`), short so that a takeover takes seconds: a 3 s lease renewed every
+/// 500 ms, serving stopped 1 s before its end, a standby asking every 250 ms.
+const SHORT_LEASE: [(&str, &str); 5] = [
+    ("BUZZ_ACP_LEASE_ACROSS_MACHINES", "1"),
+    ("BUZZ_ACP_LEASE_LIFETIME", "3s"),
+    ("BUZZ_ACP_LEASE_RENEW_EVERY", "500ms"),
+    ("BUZZ_ACP_LEASE_MARGIN", "1s"),
+    ("BUZZ_ACP_LEASE_RETRY_EVERY", "250ms"),
+];
+
+/// Machine A's harness is up and serving (subscribed); machine B's is started from a state
+/// directory of its own with the same database, and is up once it waits for the lease (or, in
+/// a build without the patch, once it is subscribed too).
+struct TwoMachines {
+    w: RelayWorld,
+    a: Background,
+    b: Background,
+    b_log: std::path::PathBuf,
+}
+
+fn two_machines(url: &str, a_agent: &[&str]) -> TwoMachines {
+    let mut w = RelayWorld::new();
+    let mut env: Vec<(&str, &str)> = vec![("BUZZ_ACP_SESSION_STORE_URL", url)];
+    env.extend(SHORT_LEASE);
+    let a = w.start_env(a_agent, &[], &env);
+    w.s.state_dir = w.s.root.join("machine-b");
+    std::fs::create_dir_all(&w.s.state_dir).expect("machine B's state directory");
+    let (b, b_log) = w.spawn_env(&[], &env, "machine-b.log");
+    let up = wait_until(WAIT, || {
+        let log = std::fs::read_to_string(&b_log).unwrap_or_default();
+        (log.contains("standby: waiting")
+            || log.contains("connected, authenticated and subscribed"))
+        .then_some(())
+    });
+    assert!(
+        up.is_some(),
+        "machine B's harness did not start; its log:\n{}",
+        std::fs::read_to_string(&b_log).unwrap_or_default()
+    );
+    TwoMachines { w, a, b, b_log }
+}
+
+/// Waits until the agent of some machine has been sent a prompt containing `text` (its turn is
+/// running).
+fn wait_prompted(w: &RelayWorld, text: &str) {
+    let prompted = wait_until(WAIT, || {
+        prompts(&wire(&w.s))
+            .iter()
+            .any(|p| p.contains(text))
+            .then_some(())
+    });
+    assert!(
+        prompted.is_some(),
+        "no prompt with {text:?} reached an agent"
+    );
+}
+
+/// Two machines serve one agent through one PostgreSQL database: only the lease's holder (A)
+/// answers. A is killed (SIGKILL) while its agent works on a follow-up; B takes the lease once
+/// A's expires, reads back the follow-up A never answered, and answers it once, on the
+/// thread's stored session (`session/load`, with what A's session knew), then serves on.
+///
+/// Without the patch both harnesses serve: the thread's first mention gets two answers.
+#[test]
+fn across_machines_a_standby_takes_over_the_threads_of_a_holder_killed_during_a_turn() {
+    let Some(url) = postgres_url() else { return };
+    let TwoMachines { w, a, b, b_log } = two_machines(&url, &["--prompt-delay-ms", "1500"]);
+
+    let root = w.post_top("remember alpha-7301");
+    let r1 = w
+        .wait_for_reply(&root.id, WAIT)
+        .expect("the thread is answered");
+    let q = w.post_reply(&root, &r1, "what did I say?");
+    wait_prompted(&w, "what did I say?");
+    drop(a); // SIGKILL: machine A dies during the turn.
+
+    let r2 = w.wait_for_reply(&q.id, WAIT).unwrap_or_else(|| {
+        panic!(
+            "the standby answers the follow-up A never answered; its log:\n{}",
+            std::fs::read_to_string(&b_log).unwrap_or_default()
+        )
+    });
+    let z = w.post_reply(&root, &r2, "still there?");
+    let r3 = w
+        .wait_for_reply(&z.id, WAIT)
+        .expect("the new holder serves on");
+    b.stop().expect("machine B stops");
+
+    let answers: Vec<usize> = [&root, &q, &z]
+        .iter()
+        .map(|m| w.answers_to(&m.id))
+        .collect();
+    assert_eq!(answers, [1, 1, 1], "every mention answered exactly once");
+    assert!(
+        r2.content.contains("alpha-7301"),
+        "the follow-up is answered with what A's session knew: {}",
+        r2.content
+    );
+    let frames = wire(&w.s);
+    assert_eq!(
+        served_as(&frames, &root.id),
+        ["new", "continued", "restored", "continued"],
+        "A: new, then the follow-up it never finished; B: the stored session, then live"
+    );
+    assert_eq!(count_method(&frames, "session/new"), 1, "no new session");
+    assert_eq!(turns(&r3), turns(&r2) + 1);
+}
+
+/// A holder frozen (SIGSTOP) for twice its lease loses it: B takes over and answers what was
+/// pending. A, thawed, finds its lease gone: it publishes nothing of the turn it was in, goes
+/// back to waiting, and takes the lease again when B stops cleanly (B releases it at once).
+///
+/// Without the patch both harnesses serve: the first mention gets two answers.
+#[test]
+fn across_machines_a_holder_frozen_past_its_lease_stops_serving_and_answers_nothing_late() {
+    let Some(url) = postgres_url() else { return };
+    let TwoMachines { w, a, b, b_log } = two_machines(&url, &["--prompt-delay-ms", "500"]);
+
+    let root = w.post_top("remember beta-4410");
+    let r1 = w
+        .wait_for_reply(&root.id, WAIT)
+        .expect("the thread is answered");
+    let q = w.post_reply(&root, &r1, "and what was it?");
+    wait_prompted(&w, "and what was it?");
+    a.freeze(); // its agent answers into a pipe nobody reads
+    let r2 = w.wait_for_reply(&q.id, WAIT).unwrap_or_else(|| {
+        panic!(
+            "the standby answers while A is frozen; its log:\n{}",
+            std::fs::read_to_string(&b_log).unwrap_or_default()
+        )
+    });
+    // Twice the lease in all, then A runs again: what it does now is what it does late.
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    a.thaw();
+    let z = w.post_reply(&root, &r2, "who answers now?");
+    let r3 = w.wait_for_reply(&z.id, WAIT).expect("B serves on");
+    let mut a = a;
+    assert!(
+        a.is_running(),
+        "A waits as a standby again rather than exiting"
+    );
+
+    // B stops cleanly and releases the lease: A takes it and serves the next mention.
+    b.stop().expect("machine B stops");
+    let last = w.post_reply(&root, &r3, "and after B stopped?");
+    let r4 = w.wait_for_reply(&last.id, WAIT).expect("A serves again");
+    drop(a);
+
+    let answers: Vec<usize> = [&root, &q, &z, &last]
+        .iter()
+        .map(|m| w.answers_to(&m.id))
+        .collect();
+    assert_eq!(answers, [1, 1, 1, 1], "every mention answered exactly once");
+    assert!(r2.content.contains("beta-4410"), "{}", r2.content);
+    assert!(r4.content.contains("beta-4410"), "{}", r4.content);
+}

@@ -146,6 +146,33 @@ impl Background {
         self.child.id()
     }
 
+    /// Freezes the harness (SIGSTOP): it runs no code, its sockets stay open, its agents run on.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a frozen harness run again (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Whether the harness is still running (not exited).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .arg(signal)
+            .arg(self.child.id().to_string())
+            .status();
+        assert!(
+            sent.is_ok_and(|s| s.success()),
+            "kill {signal} {}",
+            self.child.id()
+        );
+    }
+
     /// Asks the harness to stop (SIGTERM) and waits for it.
     pub fn stop(mut self) -> std::io::Result<ExitStatus> {
         let term = Command::new("kill")

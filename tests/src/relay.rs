@@ -473,6 +473,31 @@ impl RelayWorld {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// Starts the patched harness with `env` too, its log in the scenario's `log_name`, without
+    /// waiting for anything (e.g. a standby that waits for the agent's lease).
+    pub fn spawn_env(
+        &self,
+        agent_args: &[&str],
+        env: &[(&str, &str)],
+        log_name: &str,
+    ) -> (Background, PathBuf) {
+        let agent_command = agent(&self.s, agent_args);
+        let log = self.s.root.join(log_name);
+        let launch = Launch {
+            scenario: &self.s,
+            harness: &harness_bin(),
+            agent_command: &agent_command,
+            extra: &[],
+            env,
+            log: log.clone(),
+        };
+        let child = self
+            .chat
+            .spawn_harness(&launch)
+            .unwrap_or_else(|e| panic!("{e}"));
+        (Background { child }, log)
+    }
+
     /// Starts the patched harness on the relay as the agent and waits until it is subscribed.
     /// Its log goes to `harness-relay-N.log` in the scenario's root.
     pub fn start(&self, agent_args: &[&str], extra: &[&str]) -> Background {

@@ -20,4 +20,4 @@ pub mod pg;
 pub use fenced::{Effect, FencedLease, Input, LeaseSettings, SettingsError, StopReason, Token};
 pub use keeper::{Grant, Keeper, LeaseStore, PublishGate, Status};
 pub use local::{EXIT_HELD_ELSEWHERE, Holder, LeaseError, LeaseName, LocalLease, default_dir};
-pub use pg::{PgLeaseStore, holder_name};
+pub use pg::{PgLeaseStore, holder_name, this_holder};

@@ -127,6 +127,12 @@ pub enum LeaseError {
         /// The operating system's answer.
         source: io::Error,
     },
+    /// The lease across machines cannot be kept with these settings.
+    #[error("the agent's lease settings: {0}")]
+    Settings(#[from] crate::fenced::SettingsError),
+    /// The PostgreSQL store that keeps the lease across machines could not be opened.
+    #[error("cannot keep the agent's lease in the session store: {0}")]
+    Store(#[from] buzz_session_store::StoreError),
 }
 
 fn holder_text(holder: &Option<Holder>) -> String {

@@ -65,3 +65,15 @@ impl LeaseStore for PgLeaseStore {
 pub fn holder_name(host: &str, pid: u32, since_unix_ms: u128) -> String {
     format!("{host} pid {pid} since {since_unix_ms}")
 }
+
+/// This process's holder name ([`holder_name`]), `since` being its start as a time since the
+/// Unix epoch. The host is the kernel's host name (`$HOSTNAME` where /proc is not mounted).
+pub fn this_holder(since: std::time::Duration) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    holder_name(&host, std::process::id(), since.as_millis())
+}

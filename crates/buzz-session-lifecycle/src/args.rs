@@ -147,8 +147,8 @@ pub struct CatchUpArgs {
     pub no_catch_up: bool,
 }
 
-/// One live harness per (relay, agent key): on the embedded store, a lease file on this host
-/// (crate `buzz-lease`).
+/// One live harness per (relay, agent key) (crate `buzz-lease`): a lease file on this host, or,
+/// with `--lease-across-machines` on PostgreSQL, a lease kept in the database.
 #[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
 pub struct LeaseArgs {
     /// Where the harness takes its lease on (relay, agent key) before it connects; a second
@@ -157,6 +157,39 @@ pub struct LeaseArgs {
     /// one-harness-per-agent.
     #[arg(long, env = "BUZZ_ACP_LEASE_DIR", value_name = "DIR")]
     pub lease_dir: Option<std::path::PathBuf>,
+
+    /// This agent runs on several machines that share the PostgreSQL store: serve only while
+    /// holding the agent's lease in the database, and wait as a standby otherwise (a standby
+    /// takes over when the holder dies, freezes or loses the database). A harness that cannot
+    /// reach the database then answers nothing until it can (the mentions are read back after).
+    /// Without it, the lease is this host's, as on the embedded store. With patch
+    /// one-harness-per-agent.
+    #[arg(long, env = "BUZZ_ACP_LEASE_ACROSS_MACHINES", value_parser = BoolishValueParser::new(),
+          default_value = "false", default_missing_value = "true", num_args = 0..=1)]
+    pub lease_across_machines: bool,
+
+    /// With --lease-across-machines, how long the agent's lease lasts by the
+    /// database's clock: a holder that dies or freezes is replaced within about this long.
+    /// Default 30s. With patch one-harness-per-agent.
+    #[arg(long, env = "BUZZ_ACP_LEASE_LIFETIME", value_name = "DURATION",
+          value_parser = humantime::parse_duration)]
+    pub lease_lifetime: Option<Duration>,
+
+    /// How often the lease's holder renews it. Default 5s. With patch one-harness-per-agent.
+    #[arg(long, env = "BUZZ_ACP_LEASE_RENEW_EVERY", value_name = "DURATION",
+          value_parser = humantime::parse_duration)]
+    pub lease_renew_every: Option<Duration>,
+
+    /// How long before its lease could end the holder stops answering: at least one publish
+    /// attempt. Default 10s. With patch one-harness-per-agent.
+    #[arg(long, env = "BUZZ_ACP_LEASE_MARGIN", value_name = "DURATION",
+          value_parser = humantime::parse_duration)]
+    pub lease_margin: Option<Duration>,
+
+    /// How often a standby asks for the lease. Default 2s. With patch one-harness-per-agent.
+    #[arg(long, env = "BUZZ_ACP_LEASE_RETRY_EVERY", value_name = "DURATION",
+          value_parser = humantime::parse_duration)]
+    pub lease_retry_every: Option<Duration>,
 }
 
 /// `--missed-mention-max-age` by default.
@@ -256,6 +289,31 @@ impl SessionArgs {
                 "--lease-dir",
                 Behaviour::OneHarness,
                 self.lease.lease_dir.is_some(),
+            ),
+            (
+                "--lease-across-machines",
+                Behaviour::OneHarness,
+                self.lease.lease_across_machines,
+            ),
+            (
+                "--lease-lifetime",
+                Behaviour::OneHarness,
+                self.lease.lease_lifetime.is_some(),
+            ),
+            (
+                "--lease-renew-every",
+                Behaviour::OneHarness,
+                self.lease.lease_renew_every.is_some(),
+            ),
+            (
+                "--lease-margin",
+                Behaviour::OneHarness,
+                self.lease.lease_margin.is_some(),
+            ),
+            (
+                "--lease-retry-every",
+                Behaviour::OneHarness,
+                self.lease.lease_retry_every.is_some(),
             ),
         ];
         set.into_iter()
