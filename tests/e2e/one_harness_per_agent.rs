@@ -266,3 +266,91 @@ fn across_machines_a_holder_frozen_past_its_lease_stops_serving_and_answers_noth
     assert!(r2.content.contains("beta-4410"), "{}", r2.content);
     assert!(r4.content.contains("beta-4410"), "{}", r4.content);
 }
+
+/// The database goes away for longer than the lease while a follow-up is posted: the holder
+/// stops serving (it can no longer prove it holds the lease), nobody answers meanwhile, and once
+/// the database is back one harness takes the lease, restores the thread's session and answers
+/// the follow-up once.
+///
+/// Without the patch both harnesses serve: the thread gets two new sessions.
+#[test]
+fn across_machines_a_database_restart_leaves_one_harness_answering_each_mention_once() {
+    if postgres_url().is_none() {
+        return;
+    }
+    let mut pg = buzz_acp_fork_tests::outage::pg_server();
+    let TwoMachines { w, a, b, b_log } = two_machines(&pg.url(), &[]);
+
+    let root = w.post_top("remember gamma-5120");
+    let r1 = w
+        .wait_for_reply(&root.id, WAIT)
+        .expect("the thread is answered");
+    pg.stop().expect("the database stops");
+    let q = w.post_reply(&root, &r1, "still with me?");
+    // Down for longer than the 3 s lease: the holder must stop serving.
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    pg.restart().expect("the database starts again");
+    let r2 = w.wait_for_reply(&q.id, WAIT).unwrap_or_else(|| {
+        panic!(
+            "a harness answers the follow-up once the database is back; B's log:\n{}",
+            std::fs::read_to_string(&b_log).unwrap_or_default()
+        )
+    });
+    let z = w.post_reply(&root, &r2, "and now?");
+    let r3 = w.wait_for_reply(&z.id, WAIT).expect("answered");
+    drop((a, b));
+
+    let answers: Vec<usize> = [&root, &q, &z]
+        .iter()
+        .map(|m| w.answers_to(&m.id))
+        .collect();
+    assert_eq!(answers, [1, 1, 1], "every mention answered exactly once");
+    let frames = wire(&w.s);
+    assert_eq!(count_method(&frames, "session/new"), 1, "one session");
+    assert!(r2.content.contains("gamma-5120"), "{}", r2.content);
+    assert_eq!(turns(&r3), turns(&r2) + 1);
+}
+
+/// Two harnesses of one agent started at the same moment on two machines: the database grants
+/// the lease to one; the mention is answered once, in one session.
+///
+/// Without the patch both serve: two sessions are opened for the thread.
+#[test]
+fn across_machines_two_harnesses_started_together_serve_one_at_a_time() {
+    let Some(url) = postgres_url() else { return };
+    let mut w = RelayWorld::new();
+    let mut env: Vec<(&str, &str)> = vec![("BUZZ_ACP_SESSION_STORE_URL", url.as_str())];
+    env.extend(SHORT_LEASE);
+    let (a, a_log) = w.spawn_env(&[], &env, "machine-a.log");
+    w.s.state_dir = w.s.root.join("machine-b");
+    std::fs::create_dir_all(&w.s.state_dir).expect("machine B's state directory");
+    let (b, b_log) = w.spawn_env(&[], &env, "machine-b.log");
+    // Up: one subscribed (and, with the patch, the other waiting for the lease).
+    let subscribed = |log: &std::path::Path| {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .contains("connected, authenticated and subscribed")
+    };
+    let up = wait_until(WAIT, || {
+        (subscribed(&a_log) || subscribed(&b_log)).then_some(())
+    });
+    assert!(up.is_some(), "neither harness subscribed");
+    // Give a second harness without the lease every chance to subscribe too.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+
+    let root = w.post_top("who is on duty?");
+    let r1 = w.wait_for_reply(&root.id, WAIT).expect("answered");
+    let q = w.post_reply(&root, &r1, "and again?");
+    w.wait_for_reply(&q.id, WAIT).expect("answered");
+    drop((a, b));
+
+    assert_eq!(w.answers_to(&root.id), 1);
+    assert_eq!(w.answers_to(&q.id), 1);
+    let frames = wire(&w.s);
+    assert_eq!(
+        count_method(&frames, "session/new"),
+        1,
+        "one harness served the thread"
+    );
+    assert_eq!(served_as(&frames, &root.id), ["new", "continued"]);
+}
