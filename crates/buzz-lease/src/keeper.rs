@@ -95,6 +95,7 @@ impl Keeper {
         let until = Arc::new(Mutex::new(None));
         let (stop, stopped) = oneshot::channel();
         let holder = store.holder().to_owned();
+        crate::metrics::describe();
         let shell = Shell {
             store: Arc::new(store),
             machine: FencedLease::new(settings, Instant::now().into_std()),
@@ -260,6 +261,7 @@ impl<S: LeaseStore> Shell<S> {
         self.fence.hold(token.0);
         self.held = Some(token);
         tracing::info!(holder = %self.store.holder(), token = token.0, "holding the agent's lease: serving");
+        crate::metrics::serving(token);
         self.status.send_replace(Status::Serving(token));
     }
 
@@ -277,6 +279,7 @@ impl<S: LeaseStore> Shell<S> {
                 "stopped serving: another harness holds the agent's lease now"
             ),
         }
+        crate::metrics::stopped(&reason);
         self.status.send_replace(Status::Standby(Some(reason)));
     }
 }

@@ -15,6 +15,7 @@
 pub mod fenced;
 pub mod keeper;
 pub mod local;
+pub mod metrics;
 pub mod pg;
 
 pub use fenced::{Effect, FencedLease, Input, LeaseSettings, SettingsError, StopReason, Token};

@@ -13,6 +13,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Counter (Prometheus): receipt and watermark writes refused because the harness did not hold
+/// its agent's lease (described by crate `buzz-lease`).
+pub const FENCED_WRITES: &str = "buzz_acp_receipt_writes_fenced_total";
+
 /// A shared cell holding the lease token a store's writes must carry (none: every write is
 /// refused). Clones share the cell.
 #[derive(Clone, Default)]

@@ -159,11 +159,14 @@ impl<C: GenericClient + Sync> Db<'_, C> {
             .map_err(self.error())?;
         match fence::refusal(token, lease.as_ref()) {
             None => Ok(()),
-            Some(reason) => Err(StoreError::Fenced {
-                target: self.target.to_owned(),
-                op: self.op,
-                reason,
-            }),
+            Some(reason) => {
+                metrics::counter!(fence::FENCED_WRITES).increment(1);
+                Err(StoreError::Fenced {
+                    target: self.target.to_owned(),
+                    op: self.op,
+                    reason,
+                })
+            }
         }
     }
 
