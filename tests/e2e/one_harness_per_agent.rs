@@ -131,13 +131,22 @@ struct TwoMachines {
 }
 
 fn two_machines(url: &str, a_agent: &[&str]) -> TwoMachines {
+    two_machines_with(url, a_agent, &[], false)
+}
+
+/// [`two_machines`], B's agent started with `b_agent`; `own_disk`: B's agent keeps its
+/// transcripts on a disk of its own (it cannot read A's).
+fn two_machines_with(url: &str, a_agent: &[&str], b_agent: &[&str], own_disk: bool) -> TwoMachines {
     let mut w = RelayWorld::new();
     let mut env: Vec<(&str, &str)> = vec![("BUZZ_ACP_SESSION_STORE_URL", url)];
     env.extend(SHORT_LEASE);
     let a = w.start_env(a_agent, &[], &env);
     w.s.state_dir = w.s.root.join("machine-b");
     std::fs::create_dir_all(&w.s.state_dir).expect("machine B's state directory");
-    let (b, b_log) = w.spawn_env(&[], &env, "machine-b.log");
+    if own_disk {
+        w.s.agent_state_dir = w.s.root.join("machine-b-agent");
+    }
+    let (b, b_log) = w.spawn_env(b_agent, &env, "machine-b.log");
     let up = wait_until(WAIT, || {
         let log = std::fs::read_to_string(&b_log).unwrap_or_default();
         (log.contains("standby: waiting")
@@ -353,4 +362,63 @@ fn across_machines_two_harnesses_started_together_serve_one_at_a_time() {
         "one harness served the thread"
     );
     assert_eq!(served_as(&frames, &root.id), ["new", "continued"]);
+}
+
+/// An agent whose transcripts live on its machine's disk (claude-agent-acp keeps them under
+/// `~/.claude/projects`): A stops (a planned move: it releases the lease), B takes over, but its
+/// agent cannot read the thread's session. The thread goes on in a new session that has its
+/// whole history, and is told once.
+///
+/// Without the patch both harnesses serve: the thread's first mention opens a session on each.
+#[test]
+fn across_machines_a_standby_whose_agent_cannot_read_the_transcript_goes_on_with_the_whole_thread()
+{
+    let Some(url) = postgres_url() else { return };
+    let b_agent = ["--missing-session", "claude-agent-acp"];
+    let TwoMachines { w, a, b, b_log } = two_machines_with(&url, &[], &b_agent, true);
+
+    let root = w.post_top("remember epsilon-2290");
+    let r1 = w
+        .wait_for_reply(&root.id, WAIT)
+        .expect("the thread is answered");
+    a.stop().expect("machine A stops");
+    let q = w.post_reply(&root, &r1, "what did I say?");
+    let r2 = w.wait_for_reply(&q.id, WAIT).unwrap_or_else(|| {
+        panic!(
+            "the standby answers; its log:\n{}",
+            std::fs::read_to_string(&b_log).unwrap_or_default()
+        )
+    });
+    wait_until(WAIT, || w.notices_about(&q.id).into_iter().next());
+    b.stop().expect("machine B stops");
+
+    assert_eq!([w.answers_to(&root.id), w.answers_to(&q.id)], [1, 1]);
+    let notices: Vec<String> = w
+        .notices_about(&q.id)
+        .into_iter()
+        .map(|n| n.content)
+        .collect();
+    assert_eq!(notices.len(), 1, "the thread is told once: {notices:?}");
+    assert!(notices[0].contains("gone"), "{}", notices[0]);
+    assert!(
+        r2.content.starts_with("turns=1 "),
+        "a new session: {}",
+        r2.content
+    );
+    assert!(
+        r2.content.contains("epsilon-2290"),
+        "with the whole thread: {}",
+        r2.content
+    );
+    let frames = wire(&w.s);
+    assert_eq!(
+        count_method(&frames, "session/new"),
+        2,
+        "A's, then B's after the load failed"
+    );
+    assert_eq!(
+        count_method(&frames, "session/load"),
+        1,
+        "B tried the stored session first"
+    );
 }
