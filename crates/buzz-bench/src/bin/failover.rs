@@ -31,11 +31,13 @@ use std::time::{Duration, Instant};
 
 use buzz_acp::relay::Event;
 use buzz_acp::testing::{ChatMessage, NostrRelayArgs, Scenario, post_chat};
-use buzz_bench::observer::{Socket, next_message, relay_with_agent, subscribe_to_agent};
+use buzz_bench::observer::{Socket, relay_with_agent, subscribe_to_agent};
 use buzz_bench::{BenchError, Binaries, ctx, median, ms, quantile, scenario, wait_subscribed};
 use buzz_test_relay::TestRelay;
 use clap::Parser;
-use nostr::{Keys, RelayMessage, Timestamp};
+use futures::StreamExt;
+use nostr::{JsonUtil, Keys, RelayMessage, Timestamp};
+use tokio_tungstenite::tungstenite::Message;
 
 const CHANNEL: &str = "0b8e2d4c-1f3a-4c5e-9d7b-2a6f8e1c3b5d";
 const WAIT: Duration = Duration::from_secs(60);
@@ -71,19 +73,23 @@ struct Args {
 /// When the observer received each of the agent's answers, by the id of the mention answered.
 type Answers = Arc<Mutex<HashMap<String, Vec<Instant>>>>;
 
-/// Reads the agent's events as they come and records what each answers.
+/// Reads the agent's events as they come and records what each answers. It waits as long as
+/// it takes (a takeover with the default lease is quiet for half a minute).
 fn observe(mut socket: Socket) -> Answers {
     let answers: Answers = Arc::default();
     let record = Arc::clone(&answers);
     tokio::spawn(async move {
-        while let Ok(message) = next_message(&mut socket).await {
-            if let RelayMessage::Event { event, .. } = message {
-                let at = Instant::now();
-                let event = Event::from(&event.into_owned());
-                let mut answers = record.lock().expect("the answers' lock");
-                for id in event.answered_ids() {
-                    answers.entry(id).or_default().push(at);
-                }
+        while let Some(Ok(frame)) = socket.next().await {
+            let Message::Text(text) = frame else { continue };
+            let Ok(RelayMessage::Event { event, .. }) = RelayMessage::from_json(text.as_str())
+            else {
+                continue;
+            };
+            let at = Instant::now();
+            let event = Event::from(&event.into_owned());
+            let mut answers = record.lock().expect("the answers' lock");
+            for id in event.answered_ids() {
+                answers.entry(id).or_default().push(at);
             }
         }
     });
