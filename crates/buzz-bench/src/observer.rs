@@ -102,3 +102,26 @@ pub async fn relay_with_agent(channel: &str) -> Result<(TestRelay, Keys, Keys), 
     )?;
     Ok((relay, agent, owner))
 }
+
+/// The owner's mention of the agent in `channel`, posted through the relay's REST side as a
+/// person's client posts it; `thread` = (root, parent).
+pub async fn post_mention(
+    relay: &TestRelay,
+    owner: &Keys,
+    agent: &Keys,
+    channel: &str,
+    text: &str,
+    thread: Option<(&str, &str)>,
+) -> Result<nostr::Event, BenchError> {
+    let message = buzz_acp::testing::ChatMessage {
+        channel,
+        mention: Some(agent.public_key()),
+        text,
+        thread,
+        at: Timestamp::now(),
+    };
+    ctx(
+        buzz_acp::testing::post_chat(&relay.ws_url(), owner, message).await,
+        "posting a mention",
+    )
+}

@@ -38,14 +38,14 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use buzz_acp::relay::Event;
-use buzz_acp::testing::{ChatMessage, NostrRelayArgs, Scenario, agent_messages, post_chat};
-use buzz_bench::observer::{relay_with_agent, subscribe_to_agent};
+use buzz_acp::testing::{NostrRelayArgs, Scenario, agent_messages};
+use buzz_bench::observer::{post_mention, relay_with_agent, subscribe_to_agent};
 use buzz_bench::{BenchError, ctx, median, ms, scenario, wait_subscribed};
 use buzz_session_store::{KeyScheme, ReceiptStore, SqliteStore, StoreScope};
 use buzz_test_relay::TestRelay;
 use clap::Parser;
 use futures::StreamExt as _;
-use nostr::{JsonUtil as _, Keys, RelayMessage, Timestamp};
+use nostr::{JsonUtil as _, Keys, RelayMessage};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -144,17 +144,7 @@ impl World {
         text: &str,
         thread: Option<(&str, &str)>,
     ) -> Result<nostr::Event, BenchError> {
-        let message = ChatMessage {
-            channel: CHANNEL,
-            mention: Some(self.agent.public_key()),
-            text,
-            thread,
-            at: Timestamp::now(),
-        };
-        ctx(
-            post_chat(&self.relay.ws_url(), &self.owner, message).await,
-            "posting a mention",
-        )
+        post_mention(&self.relay, &self.owner, &self.agent, CHANNEL, text, thread).await
     }
 
     /// Posts `n` mentions, [`PER_THREAD`] per thread (a root, then replies each answering the

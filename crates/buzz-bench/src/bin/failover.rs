@@ -30,13 +30,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use buzz_acp::relay::Event;
-use buzz_acp::testing::{ChatMessage, NostrRelayArgs, Scenario, post_chat};
-use buzz_bench::observer::{Socket, relay_with_agent, subscribe_to_agent};
+use buzz_acp::testing::{NostrRelayArgs, Scenario};
+use buzz_bench::observer::{Socket, post_mention, relay_with_agent, subscribe_to_agent};
 use buzz_bench::{BenchError, Binaries, ctx, median, ms, quantile, scenario, wait_subscribed};
 use buzz_test_relay::TestRelay;
 use clap::Parser;
 use futures::StreamExt;
-use nostr::{JsonUtil, Keys, RelayMessage, Timestamp};
+use nostr::{JsonUtil, Keys, RelayMessage};
 use tokio_tungstenite::tungstenite::Message;
 
 const CHANNEL: &str = "0b8e2d4c-1f3a-4c5e-9d7b-2a6f8e1c3b5d";
@@ -175,17 +175,7 @@ impl World {
         text: &str,
         thread: Option<(&str, &str)>,
     ) -> Result<nostr::Event, BenchError> {
-        let message = ChatMessage {
-            channel: CHANNEL,
-            mention: Some(self.agent.public_key()),
-            text,
-            thread,
-            at: Timestamp::now(),
-        };
-        ctx(
-            post_chat(&self.relay.ws_url(), &self.owner, message).await,
-            "posting",
-        )
+        post_mention(&self.relay, &self.owner, &self.agent, CHANNEL, text, thread).await
     }
 }
 
