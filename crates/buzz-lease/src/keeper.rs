@@ -126,11 +126,19 @@ impl Keeper {
         }
     }
 
-    /// Waits until this harness no longer holds the lease, and returns why.
-    pub async fn lost(&mut self) -> StopReason {
+    /// Waits until this harness no longer serves with `token`, and returns why: the lease was
+    /// lost, even if it was granted again since (a new token: what ran under the old one must
+    /// start over).
+    pub async fn lost(&mut self, token: Token) -> StopReason {
         loop {
-            if let Status::Standby(reason) = &*self.status.borrow_and_update() {
-                return reason.clone().unwrap_or(StopReason::Expired);
+            match &*self.status.borrow_and_update() {
+                Status::Serving(now) if *now == token => {}
+                Status::Serving(_) => {
+                    return StopReason::TakenOver {
+                        by: "a later grant".to_owned(),
+                    };
+                }
+                Status::Standby(reason) => return reason.clone().unwrap_or(StopReason::Expired),
             }
             if self.status.changed().await.is_err() {
                 return StopReason::Expired;
@@ -426,7 +434,7 @@ mod tests {
 
         row.lock().unwrap().cut_off.push("a".to_owned());
         let cut = Instant::now();
-        assert_eq!(a.lost().await, StopReason::Expired);
+        assert_eq!(a.lost(Token(1)).await, StopReason::Expired);
         let database_end = row.lock().unwrap().expires.unwrap();
         assert!(
             Instant::now() + LeaseSettings::default().margin <= database_end,
@@ -460,8 +468,30 @@ mod tests {
             row.holder = Some("b".to_owned());
             row.token = 2;
         }
-        assert_eq!(a.lost().await, StopReason::TakenOver { by: "b".to_owned() });
+        assert_eq!(
+            a.lost(Token(1)).await,
+            StopReason::TakenOver { by: "b".to_owned() }
+        );
         assert!(!a.gate().may_publish());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_run_under_an_old_token_is_over_even_if_the_lease_came_back() {
+        let row = Arc::new(Mutex::new(Row::default()));
+        let (mut a, _fence) = keeper(&row, "a");
+        assert_eq!(a.serving().await, Token(1));
+        // Cut off long enough to lose the lease, then back: granted again, with a new token.
+        row.lock().unwrap().cut_off.push("a".to_owned());
+        tokio::time::sleep(LeaseSettings::default().lifetime).await;
+        row.lock().unwrap().cut_off.clear();
+        assert_eq!(a.serving().await, Token(2));
+        assert_eq!(
+            a.lost(Token(1)).await,
+            StopReason::TakenOver {
+                by: "a later grant".to_owned()
+            },
+            "what ran under token 1 does not go on under token 2"
+        );
     }
 
     #[test]
