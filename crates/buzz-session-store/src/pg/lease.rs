@@ -13,13 +13,9 @@
 //! Each is one statement on that row, in a transaction the fence does not check. The time
 //! handling (when to ask, when to stop serving) is the lease keeper's, in crate `buzz-lease`.
 
-use std::time::Duration;
-
-use super::PgStore;
 use super::connection::Link;
 use super::sql::Db;
 use crate::error::StoreError;
-use crate::schema::{Access, LEASE_REVISION};
 
 /// What the database answered a request for the lease, or a renewal.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,123 +35,72 @@ pub enum LeaseAnswer {
     },
 }
 
-impl PgStore {
-    /// Asks for the agent's lease for `holder`, for `lifetime` from the database's now.
-    ///
-    /// # Errors
-    /// As any write; [`StoreError::Config`] on a read-only store or a database without the lease
-    /// table (revision 3).
-    pub fn acquire_lease(
-        &self,
-        holder: &str,
-        lifetime: Duration,
-    ) -> Result<LeaseAnswer, StoreError> {
-        self.lease_call("acquire lease", holder, None, lifetime)
-    }
-
-    /// Extends `holder`'s lease with `token` for `lifetime` from the database's now.
-    ///
-    /// # Errors
-    /// As [`PgStore::acquire_lease`].
-    pub fn renew_lease(
-        &self,
-        holder: &str,
-        token: u64,
-        lifetime: Duration,
-    ) -> Result<LeaseAnswer, StoreError> {
-        self.lease_call("renew lease", holder, Some(token), lifetime)
-    }
-
-    /// Ends `holder`'s lease with `token` now; `false` when it was not theirs any more.
-    ///
-    /// # Errors
-    /// As [`PgStore::acquire_lease`].
-    pub fn release_lease(&self, holder: &str, token: u64) -> Result<bool, StoreError> {
-        self.check_lease_table("release lease")?;
-        let holder = holder.to_owned();
-        let token = sql_token(token);
-        self.call(
-            "release lease",
-            self.options.call_timeout,
-            async move |link: &mut Link| {
-                link.write_exempt("release lease", async |db| {
-                    let scope_id = db.scope()?;
-                    let n = db
-                        .execute(
-                            "UPDATE buzz_receipt_leases SET expires_at = clock_timestamp()
-                             WHERE scope_id = $1 AND holder = $2 AND token = $3",
-                            &[&scope_id, &holder, &token],
-                        )
-                        .await?;
-                    Ok(n == 1)
-                })
-                .await
-            },
-        )
-    }
-
-    /// A grant (`token` none) or a renewal, then who holds the lease if the asker does not.
-    fn lease_call(
-        &self,
-        op: &'static str,
-        holder: &str,
-        token: Option<u64>,
-        lifetime: Duration,
-    ) -> Result<LeaseAnswer, StoreError> {
-        self.check_lease_table(op)?;
-        let holder = holder.to_owned();
-        let token = token.map(sql_token);
-        let secs = lifetime.as_secs_f64();
-        self.call(op, self.options.call_timeout, async move |link: &mut Link| {
-            link.write_exempt(op, async |db| {
-                let scope_id = db.scope()?;
-                let granted = match token {
-                    None => {
-                        db.query_opt(
-                            "INSERT INTO buzz_receipt_leases AS l (scope_id, holder, token, expires_at)
-                             VALUES ($1, $2, 1, clock_timestamp() + make_interval(secs => $3))
-                             ON CONFLICT (scope_id) DO UPDATE
-                             SET holder = excluded.holder, token = l.token + 1,
-                                 expires_at = excluded.expires_at
-                             WHERE l.expires_at <= clock_timestamp() OR l.holder = excluded.holder
-                             RETURNING token",
-                            &[&scope_id, &holder, &secs],
-                        )
-                        .await?
-                    }
-                    Some(token) => {
-                        db.query_opt(
-                            "UPDATE buzz_receipt_leases
-                             SET expires_at = clock_timestamp() + make_interval(secs => $4)
-                             WHERE scope_id = $1 AND holder = $2 AND token = $3
-                             RETURNING token",
-                            &[&scope_id, &holder, &token, &secs],
-                        )
-                        .await?
-                    }
-                };
-                match granted {
-                    Some(row) => Ok(LeaseAnswer::Held {
-                        token: row_token(db, &row, 0)?,
-                    }),
-                    None => current_holder(db).await,
-                }
-            })
-            .await
-        })
-    }
-
-    fn check_lease_table(&self, op: &'static str) -> Result<(), StoreError> {
-        if self.access == Access::ReadOnly || self.revision < LEASE_REVISION {
-            return Err(StoreError::Config {
-                reason: format!(
-                    "{op}: the store at {} is read-only or at schema revision {} (the lease needs revision {LEASE_REVISION})",
-                    self.target, self.revision
-                ),
-            });
+/// A grant (`token` none) or a renewal of `holder`'s lease for `secs` from the database's now,
+/// then who holds the lease if the asker does not.
+pub(super) async fn grant_or_renew(
+    link: &mut Link,
+    op: &'static str,
+    holder: String,
+    token: Option<u64>,
+    secs: f64,
+) -> Result<LeaseAnswer, StoreError> {
+    let token = token.map(sql_token);
+    link.write_exempt(op, async |db| {
+        let scope_id = db.scope()?;
+        let granted = match token {
+            None => {
+                db.query_opt(
+                    "INSERT INTO buzz_receipt_leases AS l (scope_id, holder, token, expires_at)
+                     VALUES ($1, $2, 1, clock_timestamp() + make_interval(secs => $3))
+                     ON CONFLICT (scope_id) DO UPDATE
+                     SET holder = excluded.holder, token = l.token + 1,
+                         expires_at = excluded.expires_at
+                     WHERE l.expires_at <= clock_timestamp() OR l.holder = excluded.holder
+                     RETURNING token",
+                    &[&scope_id, &holder, &secs],
+                )
+                .await?
+            }
+            Some(token) => {
+                db.query_opt(
+                    "UPDATE buzz_receipt_leases
+                     SET expires_at = clock_timestamp() + make_interval(secs => $4)
+                     WHERE scope_id = $1 AND holder = $2 AND token = $3
+                     RETURNING token",
+                    &[&scope_id, &holder, &token, &secs],
+                )
+                .await?
+            }
+        };
+        match granted {
+            Some(row) => Ok(LeaseAnswer::Held {
+                token: row_token(db, &row, 0)?,
+            }),
+            None => current_holder(db).await,
         }
-        Ok(())
-    }
+    })
+    .await
+}
+
+/// Ends `holder`'s lease with `token` now; `false` when it was not theirs any more.
+pub(super) async fn release(
+    link: &mut Link,
+    holder: String,
+    token: u64,
+) -> Result<bool, StoreError> {
+    let token = sql_token(token);
+    link.write_exempt("release lease", async |db| {
+        let scope_id = db.scope()?;
+        let n = db
+            .execute(
+                "UPDATE buzz_receipt_leases SET expires_at = clock_timestamp()
+                 WHERE scope_id = $1 AND holder = $2 AND token = $3",
+                &[&scope_id, &holder, &token],
+            )
+            .await?;
+        Ok(n == 1)
+    })
+    .await
 }
 
 /// Who holds the lease (asked after a grant or renewal was not the asker's).

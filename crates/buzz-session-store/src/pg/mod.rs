@@ -66,7 +66,7 @@ use crate::receipt_store::{
 };
 use crate::record::SessionRecord;
 use crate::row::{self, CommitPlan, Row};
-use crate::schema::{Access, WATERMARK_REVISION};
+use crate::schema::{Access, LEASE_REVISION, WATERMARK_REVISION};
 
 use connection::{Connection, Link};
 use import::import_rows;
@@ -282,6 +282,78 @@ impl PgStore {
     /// The schema revision of the database (as found or made at open).
     pub fn revision(&self) -> i64 {
         self.revision
+    }
+}
+
+impl PgStore {
+    /// Asks for the agent's lease across machines for `holder`, for `lifetime` from the
+    /// database's now (see `lease.rs`).
+    ///
+    /// # Errors
+    /// As any write; [`StoreError::Config`] on a read-only store or a database without the lease
+    /// table (revision 3).
+    pub fn acquire_lease(
+        &self,
+        holder: &str,
+        lifetime: Duration,
+    ) -> Result<LeaseAnswer, StoreError> {
+        self.lease_call("acquire lease", holder, None, lifetime)
+    }
+
+    /// Extends `holder`'s lease with `token` for `lifetime` from the database's now.
+    ///
+    /// # Errors
+    /// As [`PgStore::acquire_lease`].
+    pub fn renew_lease(
+        &self,
+        holder: &str,
+        token: u64,
+        lifetime: Duration,
+    ) -> Result<LeaseAnswer, StoreError> {
+        self.lease_call("renew lease", holder, Some(token), lifetime)
+    }
+
+    /// Ends `holder`'s lease with `token` now; `false` when it was not theirs any more.
+    ///
+    /// # Errors
+    /// As [`PgStore::acquire_lease`].
+    pub fn release_lease(&self, holder: &str, token: u64) -> Result<bool, StoreError> {
+        self.check_lease_table("release lease")?;
+        let holder = holder.to_owned();
+        self.call(
+            "release lease",
+            self.options.call_timeout,
+            async move |link: &mut Link| lease::release(link, holder, token).await,
+        )
+    }
+
+    fn lease_call(
+        &self,
+        op: &'static str,
+        holder: &str,
+        token: Option<u64>,
+        lifetime: Duration,
+    ) -> Result<LeaseAnswer, StoreError> {
+        self.check_lease_table(op)?;
+        let holder = holder.to_owned();
+        let secs = lifetime.as_secs_f64();
+        self.call(
+            op,
+            self.options.call_timeout,
+            async move |link: &mut Link| lease::grant_or_renew(link, op, holder, token, secs).await,
+        )
+    }
+
+    fn check_lease_table(&self, op: &'static str) -> Result<(), StoreError> {
+        if self.access == Access::ReadOnly || self.revision < LEASE_REVISION {
+            return Err(StoreError::Config {
+                reason: format!(
+                    "{op}: the store at {} is read-only or at schema revision {} (the lease needs revision {LEASE_REVISION})",
+                    self.target, self.revision
+                ),
+            });
+        }
+        Ok(())
     }
 }
 
