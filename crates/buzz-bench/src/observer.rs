@@ -125,3 +125,35 @@ pub async fn post_mention(
         "posting a mention",
     )
 }
+
+/// The command that runs `harness` on `relay` as `agent` (its secret key), answering `owner`,
+/// with the test agent `agent_bin` and the files of `s` (the host-wide lease of
+/// `one-harness-per-agent` in the scenario too); stdout discarded, stderr into a new file at
+/// `log`. The caller adds its environment and spawns it.
+pub fn harness_on_relay(
+    s: &buzz_acp::testing::Scenario,
+    harness: &std::path::Path,
+    agent_bin: &std::path::Path,
+    relay: &TestRelay,
+    agent: &Keys,
+    owner: &Keys,
+    log: &std::path::Path,
+) -> Result<std::process::Command, BenchError> {
+    let file = ctx(std::fs::File::create(log), "creating the harness log")?;
+    let (url, secret, owner) = (
+        relay.ws_url(),
+        agent.secret_key().to_secret_hex(),
+        owner.public_key().to_hex(),
+    );
+    let relay_args = buzz_acp::testing::NostrRelayArgs {
+        url: &url,
+        secret_key_hex: &secret,
+        owner_hex: &owner,
+    };
+    let mut cmd =
+        s.nostr_harness_command(harness, &s.agent_command(agent_bin, &[]), relay_args, &[]);
+    cmd.env("BUZZ_ACP_LEASE_DIR", s.root.join("leases"))
+        .stdout(std::process::Stdio::null())
+        .stderr(file);
+    Ok(cmd)
+}

@@ -34,12 +34,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use buzz_acp::relay::Event;
-use buzz_acp::testing::{NostrRelayArgs, Scenario, agent_messages};
-use buzz_bench::observer::{post_mention, relay_with_agent, subscribe_to_agent};
+use buzz_acp::testing::{Scenario, agent_messages};
+use buzz_bench::observer::{harness_on_relay, post_mention, relay_with_agent, subscribe_to_agent};
 use buzz_bench::{BenchError, ctx, median, ms, scenario, wait_subscribed};
 use buzz_session_store::{KeyScheme, ReceiptStore, SqliteStore, StoreScope};
 use buzz_test_relay::TestRelay;
@@ -111,24 +111,15 @@ impl World {
     fn start(&mut self, harness: &Path, agent_bin: &Path) -> Result<Harness, BenchError> {
         self.starts += 1;
         let log = self.s.root.join(format!("harness-{}.log", self.starts));
-        let file = ctx(std::fs::File::create(&log), "creating the harness log")?;
-        let (url, secret, owner) = (
-            self.relay.ws_url(),
-            self.agent.secret_key().to_secret_hex(),
-            self.owner.public_key().to_hex(),
-        );
-        let relay_args = NostrRelayArgs {
-            url: &url,
-            secret_key_hex: &secret,
-            owner_hex: &owner,
-        };
-        let mut cmd = self.s.nostr_harness_command(
+        let mut cmd = harness_on_relay(
+            &self.s,
             harness,
-            &self.s.agent_command(agent_bin, &[]),
-            relay_args,
-            &[],
-        );
-        cmd.stdout(Stdio::null()).stderr(file);
+            agent_bin,
+            &self.relay,
+            &self.agent,
+            &self.owner,
+            &log,
+        )?;
         let started = Instant::now();
         let child = ctx(cmd.spawn(), "starting buzz-acp")?;
         Ok(Harness {

@@ -30,8 +30,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use buzz_acp::relay::Event;
-use buzz_acp::testing::{NostrRelayArgs, Scenario};
-use buzz_bench::observer::{Socket, post_mention, relay_with_agent, subscribe_to_agent};
+use buzz_acp::testing::Scenario;
+use buzz_bench::observer::{
+    Socket, harness_on_relay, post_mention, relay_with_agent, subscribe_to_agent,
+};
 use buzz_bench::{BenchError, Binaries, ctx, median, ms, quantile, scenario, wait_subscribed};
 use buzz_test_relay::TestRelay;
 use clap::Parser;
@@ -138,30 +140,21 @@ impl World {
     fn start(&mut self, state_dir: &Path) -> Result<Machine, BenchError> {
         self.starts += 1;
         let log = self.s.root.join(format!("harness-{}.log", self.starts));
-        let file = ctx(std::fs::File::create(&log), "creating a harness log")?;
         ctx(
             std::fs::create_dir_all(state_dir),
             "a machine's state directory",
         )?;
         self.s.state_dir = state_dir.to_path_buf();
-        let (url, secret, owner) = (
-            self.relay.ws_url(),
-            self.agent.secret_key().to_secret_hex(),
-            self.owner.public_key().to_hex(),
-        );
-        let relay = NostrRelayArgs {
-            url: &url,
-            secret_key_hex: &secret,
-            owner_hex: &owner,
-        };
-        let agent = self.s.agent_command(&self.binaries.agent, &[]);
-        let mut cmd = self
-            .s
-            .nostr_harness_command(&self.binaries.harness, &agent, relay, &[]);
-        cmd.env("BUZZ_ACP_LEASE_DIR", self.s.root.join("leases"))
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdout(std::process::Stdio::null())
-            .stderr(file);
+        let mut cmd = harness_on_relay(
+            &self.s,
+            &self.binaries.harness,
+            &self.binaries.agent,
+            &self.relay,
+            &self.agent,
+            &self.owner,
+            &log,
+        )?;
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         let child = ctx(cmd.spawn(), "starting buzz-acp")?;
         Ok(Machine {
             child,

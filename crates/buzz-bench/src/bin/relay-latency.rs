@@ -19,8 +19,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use buzz_acp::testing::{ChatMessage, NostrRelayArgs, Scenario, post_chat};
-use buzz_bench::observer::{Socket, next_message, relay_with_agent, subscribe_to_agent};
+use buzz_acp::testing::{ChatMessage, Scenario, post_chat};
+use buzz_bench::observer::{
+    Socket, harness_on_relay, next_message, relay_with_agent, subscribe_to_agent,
+};
 use buzz_bench::{BenchError, ctx, median, ms, quantile, scenario};
 use buzz_test_relay::TestRelay;
 use clap::Parser;
@@ -132,20 +134,7 @@ fn start_harness(
     owner: &Keys,
     log_path: &Path,
 ) -> Result<std::process::Child, BenchError> {
-    let log = ctx(std::fs::File::create(log_path), "creating the harness log")?;
-    let (url, secret, owner) = (
-        relay.ws_url(),
-        agent.secret_key().to_secret_hex(),
-        owner.public_key().to_hex(),
-    );
-    let relay_args = NostrRelayArgs {
-        url: &url,
-        secret_key_hex: &secret,
-        owner_hex: &owner,
-    };
-    let mut cmd =
-        s.nostr_harness_command(harness, &s.agent_command(agent_bin, &[]), relay_args, &[]);
-    cmd.stdout(std::process::Stdio::null()).stderr(log);
+    let mut cmd = harness_on_relay(s, harness, agent_bin, relay, agent, owner, log_path)?;
     ctx(cmd.spawn(), "starting buzz-acp")
 }
 
