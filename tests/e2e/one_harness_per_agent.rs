@@ -5,6 +5,7 @@
 //! Without the patch the second harness starts, subscribes and answers too (as upstream's does,
 //! block/buzz#3832): the guard fails by the second harness's exit status.
 
+use buzz_acp::relay::Event;
 use buzz_acp_fork_tests::relay::{Launch, RelayWorld};
 use buzz_acp_fork_tests::*;
 
@@ -161,6 +162,16 @@ fn two_machines_with(url: &str, a_agent: &[&str], b_agent: &[&str], own_disk: bo
     TwoMachines { w, a, b, b_log }
 }
 
+/// Posts a thread's first mention, whose answer the test agent holds for two seconds
+/// (`!delay:`). A harness checks whether a mention already has an answer when it admits it, so
+/// in a build without the patch a second harness that received the mention a little late would
+/// skip it and leave the thread to the first one — and the guard would pass by chance. With the
+/// answer held, every serving harness admits the mention before any answer exists: without the
+/// patch both open a session for the thread, always.
+fn first_mention(w: &RelayWorld, text: &str) -> Event {
+    w.post_top(&format!("{text} !delay:2000"))
+}
+
 /// Waits until the agent of some machine has been sent a prompt containing `text` (its turn is
 /// running).
 fn wait_prompted(w: &RelayWorld, text: &str) {
@@ -187,7 +198,7 @@ fn across_machines_a_standby_takes_over_the_threads_of_a_holder_killed_during_a_
     let Some(url) = postgres_url() else { return };
     let TwoMachines { w, a, b, b_log } = two_machines(&url, &["--prompt-delay-ms", "1500"]);
 
-    let root = w.post_top("remember alpha-7301");
+    let root = first_mention(&w, "remember alpha-7301");
     let r1 = w
         .wait_for_reply(&root.id, WAIT)
         .expect("the thread is answered");
@@ -237,7 +248,7 @@ fn across_machines_a_holder_frozen_past_its_lease_stops_serving_and_answers_noth
     let Some(url) = postgres_url() else { return };
     let TwoMachines { w, a, b, b_log } = two_machines(&url, &["--prompt-delay-ms", "500"]);
 
-    let root = w.post_top("remember beta-4410");
+    let root = first_mention(&w, "remember beta-4410");
     let r1 = w
         .wait_for_reply(&root.id, WAIT)
         .expect("the thread is answered");
@@ -290,7 +301,7 @@ fn across_machines_a_database_restart_leaves_one_harness_answering_each_mention_
     let mut pg = buzz_acp_fork_tests::outage::pg_server();
     let TwoMachines { w, a, b, b_log } = two_machines(&pg.url(), &[]);
 
-    let root = w.post_top("remember gamma-5120");
+    let root = first_mention(&w, "remember gamma-5120");
     let r1 = w
         .wait_for_reply(&root.id, WAIT)
         .expect("the thread is answered");
@@ -347,7 +358,7 @@ fn across_machines_two_harnesses_started_together_serve_one_at_a_time() {
     // Give a second harness without the lease every chance to subscribe too.
     std::thread::sleep(std::time::Duration::from_secs(2));
 
-    let root = w.post_top("who is on duty?");
+    let root = first_mention(&w, "who is on duty?");
     let r1 = w.wait_for_reply(&root.id, WAIT).expect("answered");
     let q = w.post_reply(&root, &r1, "and again?");
     w.wait_for_reply(&q.id, WAIT).expect("answered");
@@ -377,7 +388,7 @@ fn across_machines_a_standby_whose_agent_cannot_read_the_transcript_goes_on_with
     let b_agent = ["--missing-session", "claude-agent-acp"];
     let TwoMachines { w, a, b, b_log } = two_machines_with(&url, &[], &b_agent, true);
 
-    let root = w.post_top("remember epsilon-2290");
+    let root = first_mention(&w, "remember epsilon-2290");
     let r1 = w
         .wait_for_reply(&root.id, WAIT)
         .expect("the thread is answered");
