@@ -31,7 +31,7 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 use crate::config::{FaultState, Faults, RelayConfig};
 use crate::nip98::Nip98Verifier;
 use crate::rest::{self, Post, Reply, Route};
-use crate::state::{Action, ReceivedRequest, Shared};
+use crate::state::{Action, ReceivedRequest, Shared, SocketEvent};
 use crate::ws;
 
 /// Kind of the NIP-29 group metadata (`d` = the channel, `name`, `t` = its type).
@@ -159,6 +159,7 @@ impl TestRelay {
             stopped,
             actions: broadcast::channel(64).0,
             requests: Mutex::new(Vec::new()),
+            socket_events: Mutex::new(Vec::new()),
             connections: AtomicU64::new(0),
         });
         let (acceptor, ca_pem) = match tls {
@@ -374,6 +375,14 @@ impl TestRelay {
     #[must_use]
     pub fn requests(&self) -> Vec<ReceivedRequest> {
         self.shared.requests()
+    }
+
+    /// Every `EVENT` websocket clients sent so far (typing indicators and presence included,
+    /// which a relay passes on and never stores), in the order each connection read them, with
+    /// the connection's number and when it was read.
+    #[must_use]
+    pub fn socket_events(&self) -> Vec<SocketEvent> {
+        self.shared.socket_events()
     }
 
     /// How many websocket connections have been opened so far.

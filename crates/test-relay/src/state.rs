@@ -37,6 +37,9 @@ pub(crate) struct Shared {
     pub actions: broadcast::Sender<Action>,
     /// Every `REQ` a websocket client sent, in the order the connections read them.
     pub requests: Mutex<Vec<ReceivedRequest>>,
+    /// Every `EVENT` a websocket client sent (ephemeral ones included, which the relay passes
+    /// on and never stores), in the order the connections read them.
+    pub socket_events: Mutex<Vec<SocketEvent>>,
     /// How many websocket connections were opened (the last one's number).
     pub connections: AtomicU64,
 }
@@ -57,6 +60,26 @@ impl Shared {
                 connection,
                 at: Instant::now(),
             });
+    }
+
+    /// Notes an `EVENT` the client of `connection` sent.
+    pub fn record_socket_event(&self, connection: u64, event: &nostr::Event) {
+        self.socket_events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(SocketEvent {
+                event: event.clone(),
+                connection,
+                at: Instant::now(),
+            });
+    }
+
+    /// A copy of the `EVENT` record.
+    pub fn socket_events(&self) -> Vec<SocketEvent> {
+        self.socket_events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// A copy of the record.
@@ -90,6 +113,17 @@ pub(crate) enum Action {
 pub struct ReceivedRequest {
     /// Its subscription id.
     pub subscription_id: String,
+    /// Which websocket connection sent it: 1 for the relay's first, 2 for the next, …
+    pub connection: u64,
+    /// When the relay read it.
+    pub at: Instant,
+}
+
+/// An `EVENT` a websocket client sent, as the relay read it (before the relay's own checks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketEvent {
+    /// The event.
+    pub event: nostr::Event,
     /// Which websocket connection sent it: 1 for the relay's first, 2 for the next, …
     pub connection: u64,
     /// When the relay read it.

@@ -269,6 +269,10 @@ fn from_client_text(shared: &Shared, connection: u64, relay_url: &str, text: &st
                 None => Step::Forward(Some(Note::Opened(subscription_id.into_owned()))),
             }
         }
+        Ok(ClientMessage::Event(event)) => {
+            shared.record_socket_event(connection, &event);
+            Step::Forward(None)
+        }
         Ok(ClientMessage::Close(subscription_id)) => {
             Step::Forward(Some(Note::Closed(subscription_id.into_owned())))
         }
