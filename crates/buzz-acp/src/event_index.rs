@@ -28,8 +28,12 @@ impl EventIndex {
         if let Some(channel) = event.channel_id() {
             self.by_channel.entry(channel).or_default().push(index);
         }
-        for answered in event.answered_ids() {
-            self.answers.entry(answered).or_default().push(index);
+        // Only a chat message answers anything: never a reaction, an indicator or a notice
+        // that happens to name the event it is about.
+        if event.is_message() {
+            for answered in event.answered_ids() {
+                self.answers.entry(answered).or_default().push(index);
+            }
         }
         self.events.push(event);
         true
@@ -108,5 +112,22 @@ mod tests {
             None,
             "only the author's answers"
         );
+    }
+
+    #[test]
+    fn only_a_chat_message_answers() {
+        let mut index = EventIndex::default();
+        let question = EventBuilder::message(ALICE, &channel(), "q")
+            .created_at(1)
+            .build();
+        // The agent's typing indicator names the question with a `reply` marker too.
+        let mut typing = EventBuilder::message(AGENT, &channel(), "")
+            .created_at(2)
+            .thread(&question.id, &question.id)
+            .build();
+        typing.kind = 20002;
+        index.insert(question.clone());
+        index.insert(typing);
+        assert_eq!(index.reply_by(AGENT, &question.id), None);
     }
 }

@@ -38,6 +38,7 @@ pub mod scope;
 pub mod state_dir;
 pub mod testing;
 pub mod tls;
+pub mod typing;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -61,9 +62,10 @@ use crate::pool::{
     TurnInput, run_prompt_task,
 };
 use crate::queue::{EventQueue, FlushBatch};
-use crate::relay::{Event, EventBuilder, FileRelay, Incoming, Relay, RelayError, Reset};
+use crate::relay::{Event, EventBuilder, FileRelay, Incoming, Relay, RelayError, Reset, Typing};
 use crate::scope::SessionScope;
 use crate::state_dir::StateDirError;
+use crate::typing::TypingClock;
 
 /// Fatal harness errors (the process exits non-zero).
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +148,8 @@ pub struct Harness<R: Relay = FileRelay> {
     /// An outage (a slot's respawn attempts used up) was reported and no
     /// worker has started since: it is reported once, not per attempt.
     outage_reported: bool,
+    /// When each running turn's typing indicator was last said.
+    typing: TypingClock,
     stats: RunStats,
 }
 
@@ -225,6 +229,7 @@ impl<R: Relay> Harness<R> {
             pending_notices: Vec::new(),
             last_agent_failure: None,
             outage_reported: false,
+            typing: TypingClock::default(),
             stats: RunStats::default(),
             config,
         })
@@ -244,6 +249,7 @@ impl<R: Relay> Harness<R> {
         loop {
             let drained = self.poll_relay().await?;
             self.dispatch_pending();
+            self.announce_typing();
             if self.maintenance().await {
                 break;
             }
@@ -547,6 +553,26 @@ impl<R: Relay> Harness<R> {
         );
     }
 
+    /// Keeps a typing indicator up in the thread of every running turn (crate::typing).
+    fn announce_typing(&mut self) {
+        for id in self
+            .typing
+            .due(self.turn_meta.keys().copied(), Instant::now())
+        {
+            let Some(meta) = self.turn_meta.get(&id) else {
+                continue;
+            };
+            let Some(trigger) = meta.batch.last_event() else {
+                continue;
+            };
+            self.relay.typing(&Typing {
+                channel: meta.scope.channel_id().clone(),
+                root: meta.scope.answer_root(trigger),
+                parent: trigger.id.clone(),
+            });
+        }
+    }
+
     fn start_spawn(&mut self, slot: usize) {
         self.pool.begin_spawn(slot);
         let command = self.config.agent_command.clone();
@@ -752,11 +778,7 @@ impl<R: Relay> Harness<R> {
             tracing::warn!(event_id = %trigger.id, reply_id = %existing.id, "already answered; not publishing a second reply");
             return Ok(Some(existing.clone()));
         }
-        let root = scope
-            .root_event_id()
-            .map(str::to_string)
-            .or_else(|| trigger.thread_refs().root)
-            .unwrap_or_else(|| trigger.id.clone());
+        let root = scope.answer_root(trigger);
         // A reply never predates its trigger, whatever the clocks say.
         let created_at = now_unix().max(trigger.created_at + 1);
         let reply = also_answers.iter().fold(

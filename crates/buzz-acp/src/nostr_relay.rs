@@ -41,6 +41,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use crate::event_index::EventIndex;
 use crate::relay::{
     ChannelId, ChannelInfo, ChannelKind, Event, Incoming, LogPosition, Poll, Relay, RelayError,
+    Typing,
 };
 use crate::rest::RestClient;
 
@@ -63,6 +64,20 @@ pub const PONG_TIMEOUT: Duration = Duration::from_secs(10);
 pub const SINCE_SKEW_SECS: u64 = 5;
 /// Events waiting for the loop; a full buffer drops the event and forces a resubscribe.
 pub const EVENT_BUFFER: usize = 256;
+/// Kind of a presence update: ephemeral, sent over the socket only, content `online`
+/// (upstream-facts §10: presence 20001; the relay's REST bridge refuses ephemeral kinds).
+pub const KIND_PRESENCE: u16 = 20001;
+/// Kind of a typing indicator: ephemeral, sent over the socket only, an `h` tag and the
+/// thread's `e` tags (§10).
+pub const KIND_TYPING: u16 = 20002;
+/// How often presence is said again on a live connection (the model's choice: §10 names no
+/// interval; once a minute, so a relay's short presence expiry sees a live agent as live).
+pub const PRESENCE_INTERVAL: Duration = Duration::from_secs(60);
+/// Ephemeral events waiting for the socket. One more is dropped: an indicator is worth
+/// nothing late, and the next is due in seconds.
+pub const EPHEMERAL_BUFFER: usize = 64;
+/// How long one frame may take to send (§10: every send has a 10 s time-out).
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Events of each channel fetched for its history when it is subscribed.
 pub const HISTORY_FETCH: usize = 500;
 /// How far [`NostrRelay::history`] follows a reply chain to place a message in its thread.
@@ -210,6 +225,8 @@ pub struct NostrRelay {
     keys: Keys,
     inbound: mpsc::Receiver<Inbound>,
     publisher: mpsc::UnboundedSender<nostr::Event>,
+    /// Ephemeral events (typing) for the socket to send.
+    ephemeral: mpsc::Sender<nostr::Event>,
     socket_task: tokio::task::JoinHandle<()>,
     publisher_task: tokio::task::JoinHandle<()>,
     seq: u64,
@@ -246,6 +263,7 @@ impl NostrRelay {
         })?;
         let rest = RestClient::new(url, keys.clone());
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+        let (ephemeral, ephemeral_queue) = mpsc::channel(EPHEMERAL_BUFFER);
         let mut socket = Socket {
             url: relay_url,
             keys: keys.clone(),
@@ -257,6 +275,7 @@ impl NostrRelay {
             quiet_until: None,
             parked: Vec::new(),
             backlog: VecDeque::new(),
+            ephemeral: ephemeral_queue,
         };
         let mut attempt = 0;
         let stream = loop {
@@ -295,6 +314,7 @@ impl NostrRelay {
             keys,
             inbound: rx,
             publisher,
+            ephemeral,
             socket_task,
             publisher_task,
             seq: 0,
@@ -452,6 +472,45 @@ impl Relay for NostrRelay {
     fn identity(&self) -> &str {
         &self.identity
     }
+
+    fn typing(&mut self, typing: &Typing) {
+        // §10's shape: the channel's `h` tag; the root marked `root` when it is not the event
+        // being answered, which is marked `reply`.
+        let mut tags = vec![vec!["h".to_owned(), typing.channel.to_string()]];
+        if typing.root != typing.parent {
+            tags.push(vec![
+                "e".into(),
+                typing.root.clone(),
+                String::new(),
+                "root".into(),
+            ]);
+        }
+        tags.push(vec![
+            "e".into(),
+            typing.parent.clone(),
+            String::new(),
+            "reply".into(),
+        ]);
+        let signed = tags
+            .into_iter()
+            .map(nostr::Tag::parse)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())
+            .and_then(|tags| {
+                nostr::EventBuilder::new(Kind::Custom(KIND_TYPING), "")
+                    .tags(tags)
+                    .sign_with_keys(&self.keys)
+                    .map_err(|e| e.to_string())
+            });
+        match signed {
+            Ok(event) => {
+                if self.ephemeral.try_send(event).is_err() {
+                    tracing::debug!(channel = %typing.channel, "typing indicator dropped: the socket is behind or gone");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot build a typing indicator"),
+        }
+    }
 }
 
 type Stream =
@@ -476,6 +535,8 @@ struct Socket {
     parked: Vec<(Subscription, Instant)>,
     /// Frames read while an `AUTH` on the live connection waited for its `OK`, handled next.
     backlog: VecDeque<String>,
+    /// Ephemeral events the harness says (typing), sent as they come on a live connection.
+    ephemeral: mpsc::Receiver<nostr::Event>,
 }
 
 impl Socket {
@@ -772,6 +833,12 @@ impl Socket {
         match message {
             RelayMessage::Event { event, .. } => {
                 let event = event.into_owned();
+                // Typing indicators and presence (the agent's own come back too) are for
+                // people's clients; the harness reads none, and they are not kept, so they say
+                // nothing about where a resubscription should start.
+                if event.kind.is_ephemeral() {
+                    return Ok(());
+                }
                 self.last_seen = Some(
                     self.last_seen
                         .map_or(event.created_at, |s| s.max(event.created_at)),
@@ -861,6 +928,13 @@ impl Socket {
         Ok(())
     }
 
+    /// The agent's presence update: kind 20001, content `online`, no tags.
+    fn presence(&self) -> Result<nostr::Event, String> {
+        nostr::EventBuilder::new(Kind::Custom(KIND_PRESENCE), "online")
+            .sign_with_keys(&self.keys)
+            .map_err(|e| e.to_string())
+    }
+
     /// Serves a live connection until it drops, then reconnects, for as long as the harness runs.
     async fn serve(mut self, mut stream: Stream) {
         let mut attempt = 0u32;
@@ -895,6 +969,8 @@ impl Socket {
     async fn read(&mut self, stream: &mut Stream) -> String {
         let mut ping = tokio::time::interval(PING_INTERVAL);
         ping.tick().await;
+        // Its first tick is at once: each connection starts by saying the agent is online.
+        let mut presence = tokio::time::interval(PRESENCE_INTERVAL);
         let mut awaiting_pong: Option<tokio::time::Instant> = None;
         loop {
             while let Some(text) = self.backlog.pop_front() {
@@ -935,6 +1011,21 @@ impl Socket {
                     }
                     awaiting_pong.get_or_insert_with(tokio::time::Instant::now);
                 }
+                _ = presence.tick() => {
+                    match self.presence() {
+                        Ok(event) => {
+                            if let Err(e) = send_event(stream, event).await {
+                                return e;
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "cannot build a presence update"),
+                    }
+                }
+                Some(event) = self.ephemeral.recv() => {
+                    if let Err(e) = send_event(stream, event).await {
+                        return e;
+                    }
+                }
                 _ = pong_deadline => return format!("no pong in {} s", PONG_TIMEOUT.as_secs()),
                 () = sleep_until(release) => {
                     if let Err(e) = self.release_parked(stream).await {
@@ -943,6 +1034,22 @@ impl Socket {
                 }
             }
         }
+    }
+}
+
+/// Sends `event` on the socket (`["EVENT", …]`) within [`SEND_TIMEOUT`]; why the connection is
+/// broken when it cannot. The relay's `OK` comes back like any frame and needs nothing more: an
+/// ephemeral event is not kept, so a refusal loses nothing to retry.
+async fn send_event(stream: &mut Stream, event: nostr::Event) -> Result<(), String> {
+    let kind = event.kind.as_u16();
+    let frame = Message::Text(ClientMessage::event(event).as_json().into());
+    match tokio::time::timeout(SEND_TIMEOUT, stream.send(frame)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("an event of kind {kind} could not be sent: {e}")),
+        Err(_) => Err(format!(
+            "an event of kind {kind} was not sent in {} s",
+            SEND_TIMEOUT.as_secs()
+        )),
     }
 }
 

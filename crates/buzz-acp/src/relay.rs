@@ -441,6 +441,21 @@ pub trait Relay: Send {
     fn channel_info(&self, channel: &ChannelId) -> ChannelInfo;
     /// A stable identity of this relay (durable state is scoped by it).
     fn identity(&self) -> &str;
+    /// Shows the channel that the agent is at work on an answer in a thread: a typing
+    /// indicator, which relays pass on and never keep. Best effort: it never waits, and one that
+    /// cannot go out now is dropped (it is said again while the turn runs).
+    fn typing(&mut self, typing: &Typing);
+}
+
+/// Where the agent is typing: the thread of a running turn, as its answer will sit in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Typing {
+    /// The channel.
+    pub channel: ChannelId,
+    /// The thread's root event.
+    pub root: String,
+    /// The event being answered (the root itself for a thread's first mention).
+    pub parent: String,
 }
 
 /// The embedded file relay.
@@ -752,6 +767,9 @@ impl Relay for FileRelay {
     fn identity(&self) -> &str {
         &self.identity
     }
+
+    /// The file relay has no live readers to show it to, and keeps only what is meant to last.
+    fn typing(&mut self, _typing: &Typing) {}
 }
 
 /// Appends events to a relay directory's `events.jsonl` under its lock: the

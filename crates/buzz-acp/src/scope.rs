@@ -105,6 +105,16 @@ impl SessionScope {
         }
     }
 
+    /// The root of the thread an answer to `trigger` sits in: this scope's root for a thread
+    /// scope, else the root `trigger` names, else `trigger` itself (a top-level message starts
+    /// a thread).
+    pub fn answer_root(&self, trigger: &Event) -> String {
+        self.root_event_id()
+            .map(str::to_string)
+            .or_else(|| trigger.thread_refs().root)
+            .unwrap_or_else(|| trigger.id.clone())
+    }
+
     /// Whether this is a thread scope.
     pub fn is_thread(&self) -> bool {
         matches!(self, SessionScope::Thread { .. })

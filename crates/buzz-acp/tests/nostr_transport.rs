@@ -751,3 +751,133 @@ async fn held_for_the_pause(w: &World, mut h: Stop, asked: tokio::time::Instant)
     assert_eq!(w.agent_events().await.len(), 1, "answered once");
     assert!(h.is_running());
 }
+
+/// The agent's ephemeral events of `kind` the relay read on its websocket, in order (checked:
+/// signed by the agent).
+fn socket_events_of(w: &World, kind: u16) -> Vec<nostr::Event> {
+    w.relay
+        .socket_events()
+        .into_iter()
+        .map(|e| e.event)
+        .filter(|e| e.kind.as_u16() == kind && e.pubkey == w.agent.public_key())
+        .inspect(|e| e.verify().expect("signed by the agent"))
+        .collect()
+}
+
+/// Waits until the relay has read `n` of the agent's events of `kind` on its websocket; them.
+async fn wait_for_socket_events(w: &World, kind: u16, n: usize) -> Vec<nostr::Event> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let seen = socket_events_of(w, kind);
+        if seen.len() >= n {
+            return seen;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{n} events of kind {kind} on the socket, got {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An event's tags as plain strings.
+fn tags_of(event: &nostr::Event) -> Vec<Vec<String>> {
+    event.tags.iter().map(|t| t.as_slice().to_vec()).collect()
+}
+
+/// While the agent works on an answer, the thread shows it typing: a kind 20002 event over the
+/// websocket (never REST: relays keep no ephemeral event), said again while the turn runs, with
+/// the channel's `h` tag and the thread's `e` tags — the mention itself marked `reply` for a
+/// thread's first mention; the root marked `root` and the follow-up `reply` after that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_turn_shows_the_agent_typing_in_its_thread_until_it_answers() {
+    use buzz_acp::nostr_relay::KIND_TYPING;
+    let w = World::start(Faults::default()).await;
+    let _h = w.harness(&[]).await;
+
+    // Held until the test has seen the indicator said twice: it is kept up, not said once.
+    let root = w
+        .say(&w.owner, "remember alpha-7301 !gate:first", None)
+        .await;
+    let typing = wait_for_socket_events(&w, KIND_TYPING, 2).await;
+    for t in &typing {
+        assert_eq!(t.content, "");
+        assert_eq!(
+            tags_of(t),
+            [
+                vec!["h".to_owned(), CHANNEL.to_owned()],
+                vec!["e".into(), root.id.to_hex(), String::new(), "reply".into()],
+            ],
+            "a thread's first mention: the mention is both root and the event answered"
+        );
+    }
+    w.s.open_gate("first").expect("the gate opens");
+    w.answer_to(&root).await;
+
+    let before = socket_events_of(&w, KIND_TYPING).len();
+    let follow_up = w
+        .say(
+            &w.owner,
+            "what did I say? !gate:second",
+            Some((&root, &root)),
+        )
+        .await;
+    let typing = wait_for_socket_events(&w, KIND_TYPING, before + 1).await;
+    assert_eq!(
+        tags_of(&typing[before]),
+        [
+            vec!["h".to_owned(), CHANNEL.to_owned()],
+            vec!["e".into(), root.id.to_hex(), String::new(), "root".into()],
+            vec![
+                "e".into(),
+                follow_up.id.to_hex(),
+                String::new(),
+                "reply".into()
+            ],
+        ],
+        "a follow-up: the thread's root, then the follow-up answered"
+    );
+    w.s.open_gate("second").expect("the gate opens");
+    w.answer_to(&follow_up).await;
+    assert!(
+        agent_messages(&w.relay.ws_url(), &w.owner, w.agent.public_key())
+            .await
+            .expect("the agent's stored events")
+            .iter()
+            .all(|e| e.kind == 9),
+        "nothing ephemeral was stored"
+    );
+    assert_eq!(
+        w.relay.connections(),
+        1,
+        "the relay took the indicators on the one connection"
+    );
+}
+
+/// Each connection starts by saying the agent is online: a kind 20001 event with content
+/// `online` and no tags over the websocket, on the first connection and again on the next one
+/// after the relay dropped it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_connection_says_the_agent_is_online() {
+    use buzz_acp::nostr_relay::KIND_PRESENCE;
+    let w = World::start(Faults {
+        drop_connections_after: Some(Duration::from_secs(2)),
+        ..Faults::default()
+    })
+    .await;
+    let _h = w.harness(&[]).await;
+    let presence = wait_for_socket_events(&w, KIND_PRESENCE, 2).await;
+    for p in &presence {
+        assert_eq!(p.content, "online");
+        assert!(p.tags.is_empty(), "{p:?}");
+    }
+    let connections: Vec<u64> = w
+        .relay
+        .socket_events()
+        .into_iter()
+        .filter(|e| e.event.kind.as_u16() == KIND_PRESENCE)
+        .map(|e| e.connection)
+        .take(2)
+        .collect();
+    assert_eq!(connections, [1, 2], "said on each connection as it starts");
+}
