@@ -94,8 +94,8 @@ fn readme_commands_build_and_run_the_patched_harness() {
             "target",
             "--profile",
             "patched",
-            "-p",
-            "buzz-acp",
+            "--workspace",
+            "--bins",
         ])
         .args(["--message-format", "json"])
         .current_dir(&root);
