@@ -40,8 +40,8 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use crate::event_index::EventIndex;
 use crate::relay::{
-    ChannelId, ChannelInfo, ChannelKind, Event, Incoming, LogPosition, Poll, Relay, RelayError,
-    Typing,
+    ChannelId, ChannelInfo, ChannelKind, Event, EventBuilder, Incoming, LogPosition, Poll, Relay,
+    RelayError, Typing,
 };
 use crate::rest::RestClient;
 
@@ -325,6 +325,37 @@ impl NostrRelay {
         })
     }
 
+    /// `event`, built by the harness as the agent, signed with the agent's key (the same id).
+    fn sign(&self, event: &Event) -> Result<nostr::Event, RelayError> {
+        let tags = event
+            .tags
+            .iter()
+            .map(|t| nostr::Tag::parse(t.clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| RelayError::Network {
+                what: format!("the tags of {}", event.id),
+                reason: e.to_string(),
+            })?;
+        let signed = nostr::EventBuilder::new(Kind::Custom(event.kind as u16), &event.content)
+            .tags(tags)
+            .custom_created_at(Timestamp::from(event.created_at))
+            .sign_with_keys(&self.keys)
+            .map_err(|e| RelayError::Network {
+                what: format!("signing {}", event.id),
+                reason: e.to_string(),
+            })?;
+        if signed.id.to_hex() != event.id {
+            return Err(RelayError::Network {
+                what: format!("event {}", event.id),
+                reason: format!(
+                    "signed as {}: the harness built it for another key",
+                    signed.id
+                ),
+            });
+        }
+        Ok(signed)
+    }
+
     fn remember(&mut self, event: Event) {
         self.index.insert(event);
     }
@@ -409,32 +440,7 @@ impl Relay for NostrRelay {
     }
 
     async fn publish(&mut self, event: &Event) -> Result<(), RelayError> {
-        let tags = event
-            .tags
-            .iter()
-            .map(|t| nostr::Tag::parse(t.clone()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| RelayError::Network {
-                what: "a reply's tags".into(),
-                reason: e.to_string(),
-            })?;
-        let signed = nostr::EventBuilder::new(Kind::Custom(event.kind as u16), &event.content)
-            .tags(tags)
-            .custom_created_at(Timestamp::from(event.created_at))
-            .sign_with_keys(&self.keys)
-            .map_err(|e| RelayError::Network {
-                what: "signing a reply".into(),
-                reason: e.to_string(),
-            })?;
-        if signed.id.to_hex() != event.id {
-            return Err(RelayError::Network {
-                what: format!("reply {}", event.id),
-                reason: format!(
-                    "signed as {}: the harness built it for another key",
-                    signed.id
-                ),
-            });
-        }
+        let signed = self.sign(event)?;
         self.remember(event.clone());
         self.first_delivery(&event.id);
         self.publisher
@@ -476,33 +482,18 @@ impl Relay for NostrRelay {
     fn typing(&mut self, typing: &Typing) {
         // §10's shape: the channel's `h` tag; the root marked `root` when it is not the event
         // being answered, which is marked `reply`.
-        let mut tags = vec![vec!["h".to_owned(), typing.channel.to_string()]];
+        let mut indicator = EventBuilder::new(
+            u32::from(KIND_TYPING),
+            &self.keys.public_key().to_hex(),
+            &typing.channel,
+            "",
+        )
+        .created_at(Timestamp::now().as_secs());
         if typing.root != typing.parent {
-            tags.push(vec![
-                "e".into(),
-                typing.root.clone(),
-                String::new(),
-                "root".into(),
-            ]);
+            indicator = indicator.tag(&["e", &typing.root, "", "root"]);
         }
-        tags.push(vec![
-            "e".into(),
-            typing.parent.clone(),
-            String::new(),
-            "reply".into(),
-        ]);
-        let signed = tags
-            .into_iter()
-            .map(nostr::Tag::parse)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())
-            .and_then(|tags| {
-                nostr::EventBuilder::new(Kind::Custom(KIND_TYPING), "")
-                    .tags(tags)
-                    .sign_with_keys(&self.keys)
-                    .map_err(|e| e.to_string())
-            });
-        match signed {
+        let indicator = indicator.tag(&["e", &typing.parent, "", "reply"]).build();
+        match self.sign(&indicator) {
             Ok(event) => {
                 if self.ephemeral.try_send(event).is_err() {
                     tracing::debug!(channel = %typing.channel, "typing indicator dropped: the socket is behind or gone");
