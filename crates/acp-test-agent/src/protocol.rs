@@ -5,6 +5,8 @@
 //! version if it supports it, else the latest version it supports (ACP v1 "Initialization",
 //! "Version Negotiation": <https://agentclientprotocol.com/protocol/v1/initialization>). A client
 //! that does not support the answer should close the connection; the agent does not refuse.
+//! The one exception is `v1-refusing`, a mimic of an adapter that deviates: it refuses a
+//! request for any version but 1 with `-32602`, so a client's fallback can be tested.
 //!
 //! With v2 negotiated, the front translates between the client's v2 frames and the v1 agent
 //! behind it (the same handlers, transcripts, replies and faults), following the v2 draft
@@ -49,6 +51,11 @@ pub enum Protocol {
     V2,
     /// Both; v2 is the latest.
     Both,
+    /// ACP v1 only, and a request for any other version is refused with `-32602` instead of
+    /// answered with 1. Not what the specification asks; it mimics claude-agent-acp 0.101.0,
+    /// which refuses a request for version 2 whose body it cannot read
+    /// (docs/REAL_ADAPTERS.md, "Re-observed 2026-12-01"), so a client's fallback can be tested.
+    V1Refusing,
 }
 
 /// The version the agent answers.
@@ -65,7 +72,7 @@ impl Protocol {
     #[must_use]
     pub fn negotiate(self, requested: Option<u64>) -> Negotiated {
         match (self, requested) {
-            (Protocol::V1, _) => Negotiated::V1,
+            (Protocol::V1 | Protocol::V1Refusing, _) => Negotiated::V1,
             (Protocol::V2, _) => Negotiated::V2,
             (Protocol::Both, Some(1)) => Negotiated::V1,
             (Protocol::Both, _) => Negotiated::V2,
@@ -172,6 +179,14 @@ impl Front {
         let mut state = self.lock();
         if method.as_deref() == Some("initialize") {
             let requested = frame["params"]["protocolVersion"].as_u64();
+            if self.protocol == Protocol::V1Refusing && requested != Some(1) {
+                return vec![Route::Client(error(
+                    id,
+                    -32602,
+                    "Invalid params",
+                    json!("invalid initialize params: only protocol version 1 is read"),
+                ))];
+            }
             let negotiated = self.protocol.negotiate(requested);
             state.negotiated = Some(negotiated);
             if negotiated == Negotiated::V1 {
@@ -466,6 +481,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_refusing_front_answers_a_request_for_another_version_with_an_error() {
+        let front = Front::new(Protocol::V1Refusing, SessionCapability::Present, "n", "1");
+        let routes = front.from_client(
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":2,"info":{"name":"c","version":"1"}}}"#.into(),
+        );
+        assert!(
+            matches!(&routes[..], [Route::Client(e)] if e.contains("-32602")),
+            "{routes:?}"
+        );
+        let v1 = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#;
+        assert_eq!(front.from_client(v1.into()), [Route::Agent(v1.into())]);
+    }
+
+    #[test]
     fn negotiation_answers_the_request_if_supported_else_the_latest() {
         let cases = [
             (Protocol::V1, Some(1), Negotiated::V1),
@@ -476,6 +505,7 @@ mod tests {
             (Protocol::Both, Some(2), Negotiated::V2),
             (Protocol::Both, Some(7), Negotiated::V2),
             (Protocol::Both, None, Negotiated::V2),
+            (Protocol::V1Refusing, Some(1), Negotiated::V1),
         ];
         for (protocol, requested, want) in cases {
             assert_eq!(
