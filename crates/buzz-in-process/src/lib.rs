@@ -6,12 +6,12 @@
 //! process could not follow the clock: no real sleeps, no wall-clock races.
 //!
 //! Tests [`register`] a factory; the harness's one hook (in `AcpClient::spawn`) asks
-//! [`connect`] whether a command names a registered agent before it launches a process.
+//! [`connector`] whether a command names a registered agent before it launches a process.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use agent_client_protocol::{Client, DynConnectTo, LineDirection, Lines};
+use agent_client_protocol::{Agent, Client, ConnectTo, DynConnectTo, LineDirection, Lines};
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures::{SinkExt, StreamExt, future};
 
@@ -71,6 +71,48 @@ where
     Some(Ok(DynConnectTo::new(Lines::new(outgoing, incoming))))
 }
 
+/// What the harness's connection asks for each time it needs the agent's transport (once, or
+/// twice when the agent refused its first `initialize`).
+pub type Connector = Arc<dyn Fn() -> DynConnectTo<Client> + Send + Sync>;
+
+/// As [`connect`], as a [`Connector`]: the first agent is started here, so a name that is not
+/// registered or a factory that fails is an error now; each later call starts another agent
+/// (a failure then ends that connection with the factory's reason).
+pub fn connector<F>(command: &str, observe: F) -> Option<Result<Connector, String>>
+where
+    F: Fn(&str, LineDirection) + Clone + Send + Sync + 'static,
+{
+    let first = match connect(command, observe.clone())? {
+        Ok(first) => first,
+        Err(e) => return Some(Err(e)),
+    };
+    let first = Mutex::new(Some(first));
+    let command = command.to_string();
+    Some(Ok(Arc::new(move || {
+        let started = first.lock().unwrap_or_else(PoisonError::into_inner).take();
+        match started
+            .map(Ok)
+            .or_else(|| connect(&command, observe.clone()))
+        {
+            Some(Ok(agent)) => agent,
+            Some(Err(reason)) => DynConnectTo::new(NotStarted(reason)),
+            None => DynConnectTo::new(NotStarted(format!("{command:?} is not in-process"))),
+        }
+    })))
+}
+
+/// A transport whose agent could not be started: connecting to it fails with the reason.
+struct NotStarted(String);
+
+impl ConnectTo<Client> for NotStarted {
+    async fn connect_to(
+        self,
+        _client: impl ConnectTo<Agent>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        Err(agent_client_protocol::Error::internal_error().data(self.0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +151,41 @@ mod tests {
         assert!(matches!(connect("in-process:one", ignore), Some(Ok(_))));
         drop(to_client);
         assert!(matches!(connect("in-process:one", ignore), Some(Err(_))));
+    }
+
+    #[test]
+    fn a_connector_starts_its_first_agent_at_once_and_another_on_each_later_call() {
+        assert!(connector("/usr/bin/agent", ignore).is_none());
+        assert!(matches!(
+            connector("in-process:nobody", ignore),
+            Some(Err(_))
+        ));
+        let started = Arc::new(Mutex::new(0));
+        let count = Arc::clone(&started);
+        register(
+            "counted",
+            Arc::new(move || {
+                *count.lock().unwrap() += 1;
+                let (to_agent, _) = futures::channel::mpsc::unbounded::<String>();
+                let (_, from_agent) = futures::channel::mpsc::unbounded::<String>();
+                Ok((to_agent, from_agent))
+            }),
+        );
+        let Some(Ok(agent)) = connector("in-process:counted", ignore) else {
+            panic!("a registered name gives a connector");
+        };
+        assert_eq!(
+            *started.lock().unwrap(),
+            1,
+            "the first agent starts at once"
+        );
+        let _first = agent();
+        assert_eq!(
+            *started.lock().unwrap(),
+            1,
+            "and is the first one handed out"
+        );
+        let _second = agent();
+        assert_eq!(*started.lock().unwrap(), 2);
     }
 }
