@@ -119,6 +119,43 @@ fn rotate_closes_the_abandoned_session_only_when_advertised() {
     }
 }
 
+/// An agent answering protocol version 2 with `capabilities.session` has `session/close` as a
+/// required method (RFD "v2 Required Session Methods"): the session a rotation abandons is
+/// closed without any per-method marker; without `capabilities.session` nothing is closed.
+#[test]
+fn a_v2_agent_has_its_abandoned_sessions_closed() {
+    for (flags, closes_expected) in [
+        (&["--protocol", "v2"][..], true),
+        (
+            &["--protocol", "v2", "--session-capability", "absent"][..],
+            false,
+        ),
+    ] {
+        let w = RelayWorld::new();
+        let (_, answer) = one_run(&w, flags, &["--max-turns-per-session", "1"], || {
+            w.post_top("one")
+        });
+        assert!(answer.is_some(), "{flags:?}: the message is answered");
+        let frames = wire(&w.s);
+        let created = session_order(&frames);
+        let closes = requests_of(&frames, "session/close");
+        if closes_expected {
+            // The abandoned session is released first (later patches may also release live
+            // sessions at shutdown).
+            assert_eq!(
+                closes.first().map(|f| f.params["sessionId"].clone()),
+                Some(created[0].as_str().into()),
+                "{flags:?}"
+            );
+        } else {
+            assert!(
+                closes.is_empty(),
+                "{flags:?}: close sent without the capability"
+            );
+        }
+    }
+}
+
 /// A rotation decided inside a turn (`--max-turns-per-session`) also closes
 /// the abandoned session when the agent advertises `close`.
 #[test]
@@ -138,17 +175,20 @@ fn rotation_inside_a_turn_closes_when_advertised() {
     assert_eq!(closes[0].params["sessionId"], created[0].as_str());
 }
 
-/// The gate reads the capabilities of the version the agent answered at `initialize`. This
-/// harness asks for protocol version 1, so an agent supporting both versions answers 1 and is
-/// read in the v1 layout. (A v2-only agent answers 2, which a v1 client must refuse; once the
-/// harness asks for 2, add `("v2", &[], Some("session/resume"))`: v2 restores with
-/// `session/resume` and never `session/load`.)
+/// The gate reads the capabilities of the version the agent answered at `initialize`. The
+/// harness asks for protocol version 2: an agent supporting v2 answers 2 and is read in the v2
+/// layout, where a session comes back with `session/resume` (without `replayFrom`: no replay)
+/// and never `session/load`, which v2 does not have; an agent supporting only v1 answers 1 and
+/// is read in the v1 layout.
 #[test]
 fn the_gate_reads_the_negotiated_versions_layout() {
     // (--protocol, extra agent flags, method expected after the restart)
-    let cases: [(&str, &[&str], Option<&str>); 3] = [
-        ("both", &[], Some("session/load")),
-        ("both", &["--session-resume"], Some("session/resume")),
+    let cases: [(&str, &[&str], Option<&str>); 6] = [
+        ("both", &[], Some("session/resume")),
+        ("v2", &[], Some("session/resume")),
+        ("v2", &["--session-capability", "absent"], None),
+        ("v1", &[], Some("session/load")),
+        ("v1", &["--session-resume"], Some("session/resume")),
         ("v1", &["--no-load-session"], None),
     ];
     for (protocol, flags, expected) in cases {

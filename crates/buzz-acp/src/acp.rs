@@ -11,24 +11,55 @@
 //! * `session/request_permission` is answered with the `allow_once` option
 //!   (else `reject_once`, else cancelled) — the harness runs unattended.
 //!
+//! # Protocol versions
+//!
+//! `initialize` asks for protocol version 2, in the request shape of the v2
+//! specification (`protocolVersion`, `info`, `capabilities`), and the harness
+//! then speaks whichever version the agent answers. That is the negotiation of
+//! ACP's "Initialization" page (the client sends the latest version it
+//! supports; an agent that does not support it answers the latest version it
+//! does; <https://agentclientprotocol.com/protocol/v1/initialization>) and the
+//! side-by-side support the v2 migration guide asks of clients
+//! (<https://agentclientprotocol.com/protocol/v2/migration>). The SDK's
+//! protocol connector does the negotiation: an agent answering 1 goes on over
+//! the same connection with the v1 implementation (its `initialize` is the
+//! v2 one read as v1, so nothing is sent again). An agent that refuses the
+//! request outright (a JSON-RPC error) is started once more and asked for
+//! version 1 only.
+//!
+//! The two versions differ where a turn ends: in v1 the `session/prompt`
+//! answer carries the stop reason; in v2 it only says the prompt was accepted,
+//! and the turn ends with a `state_update` whose state is `idle` (v2 "Prompt
+//! Lifecycle", <https://agentclientprotocol.com/protocol/v2/prompt-lifecycle>).
+//! Both arrive here as [`TurnEvent`]s, so the turn loop is one.
+//!
 //! Every frame read or written is tapped for the [`Observer`].
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::schema::{MaybeUndefined, ProtocolVersion};
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ClientCapabilities, ContentBlock, EnvVariable, Implementation,
-    InitializeRequest, McpServer, McpServerStdio, NewSessionRequest, NewSessionResponse,
+    BooleanConfigOptionCapabilities, CancelNotification, ClientCapabilities,
+    ClientSessionCapabilities, ContentBlock, EnvVariable, Implementation, InitializeRequest,
+    InitializeResponse, McpServer, McpServerStdio, NewSessionRequest, NewSessionResponse,
     PermissionOptionKind, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SelectedPermissionOutcome, SessionConfigOption, SessionNotification,
-    SessionUpdate, SetSessionConfigOptionRequest, StopReason, SystemPrompt, TextContent,
+    RequestPermissionResponse, SelectedPermissionOutcome, SessionConfigOption,
+    SessionConfigOptionsCapabilities, SessionNotification, SessionUpdate,
+    SetSessionConfigOptionRequest, StopReason, SystemPrompt, TextContent,
 };
-use agent_client_protocol::{AcpAgent, Agent, Client, JsonRpcRequest, LineDirection};
+use agent_client_protocol::v2::schema as v2;
+use agent_client_protocol::v2::{ConnectionTo as V2ConnectionTo, InitializeOutcome};
+use agent_client_protocol::{
+    AcpAgent, Agent, Client, ConnectTo, DynConnectTo, JsonRpcNotification, JsonRpcRequest,
+    LineDirection,
+};
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -197,17 +228,136 @@ pub enum TurnEnd<S> {
     },
 }
 
+/// What a turn hears from its session, in the terms both protocol versions share.
+#[derive(Debug, Clone, PartialEq)]
+enum TurnEvent {
+    /// Agent text. `message` names the message it belongs to (v2 message ids;
+    /// `None` in v1, where all of a turn's chunks form one text). A chunk is
+    /// appended to its message; a whole message (`whole`, v2 upserts) replaces it.
+    Text {
+        message: Option<String>,
+        text: String,
+        whole: bool,
+    },
+    /// The cumulative `usage_update.used`.
+    Usage(u64),
+    /// v2: the session went idle, which ends the turn (`Err`: it ended with an
+    /// error, which v1 would have answered to the prompt).
+    Idle(Result<StopReason, AgentFailure>),
+}
+
+/// An error an agent reported: a JSON-RPC error, or a v2 turn that ended with one.
+#[derive(Debug, Clone, PartialEq)]
+struct AgentFailure {
+    code: i32,
+    message: String,
+    data: Option<Value>,
+}
+
+impl AgentFailure {
+    fn into_error(self, method: &str) -> AcpError {
+        AcpError::Agent {
+            method: method.to_string(),
+            code: self.code,
+            message: self.message,
+            data: self.data,
+        }
+    }
+}
+
+impl TurnEvent {
+    /// The turn event a v1 `session/update` carries, if any.
+    fn of_v1(update: SessionUpdate) -> Option<TurnEvent> {
+        match update {
+            SessionUpdate::AgentMessageChunk(chunk) => match chunk.content {
+                ContentBlock::Text(text) => Some(TurnEvent::Text {
+                    message: None,
+                    text: text.text,
+                    whole: false,
+                }),
+                _ => None,
+            },
+            SessionUpdate::UsageUpdate(usage) => Some(TurnEvent::Usage(usage.used)),
+            _ => None,
+        }
+    }
+
+    /// The turn event a v2 `session/update` carries, if any.
+    fn of_v2(update: v2::SessionUpdate) -> Option<TurnEvent> {
+        match update {
+            v2::SessionUpdate::AgentMessageChunk(chunk) => match chunk.content {
+                v2::ContentBlock::Text(text) => Some(TurnEvent::Text {
+                    message: Some(chunk.message_id.0.to_string()),
+                    text: text.text,
+                    whole: false,
+                }),
+                _ => None,
+            },
+            // An upsert: content omitted leaves the message as it was, `null`
+            // clears it, a value replaces it.
+            v2::SessionUpdate::AgentMessage(message) => {
+                let blocks = match message.content {
+                    MaybeUndefined::Undefined => return None,
+                    MaybeUndefined::Null => Vec::new(),
+                    MaybeUndefined::Value(blocks) => blocks,
+                };
+                let text = blocks
+                    .into_iter()
+                    .filter_map(|block| match block {
+                        v2::ContentBlock::Text(text) => Some(text.text),
+                        _ => None,
+                    })
+                    .collect();
+                Some(TurnEvent::Text {
+                    message: Some(message.message_id.0.to_string()),
+                    text,
+                    whole: true,
+                })
+            }
+            v2::SessionUpdate::UsageUpdate(usage) => Some(TurnEvent::Usage(usage.used)),
+            v2::SessionUpdate::StateUpdate(v2::StateUpdate::Idle(idle)) => {
+                Some(TurnEvent::Idle(stop_of_v2(idle.stop_reason)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A v2 stop reason in the harness's (v1) terms. An idle state without a
+/// reason, or with one this crate does not know, ended the turn normally.
+fn stop_of_v2(reason: Option<v2::StopReason>) -> Result<StopReason, AgentFailure> {
+    match reason {
+        Some(v2::StopReason::MaxTokens) => Ok(StopReason::MaxTokens),
+        Some(v2::StopReason::MaxTurnRequests) => Ok(StopReason::MaxTurnRequests),
+        Some(v2::StopReason::Refusal) => Ok(StopReason::Refusal),
+        Some(v2::StopReason::Cancelled) => Ok(StopReason::Cancelled),
+        Some(v2::StopReason::Error(ended)) => Err(match ended.error {
+            Some(error) => AgentFailure {
+                code: i32::from(error.code),
+                message: error.message,
+                data: error.data,
+            },
+            None => AgentFailure {
+                code: -32603,
+                message: "the turn ended with an error the agent did not describe".into(),
+                data: None,
+            },
+        }),
+        _ => Ok(StopReason::EndTurn),
+    }
+}
+
 /// Routes `session/update` notifications to the turn waiting for them.
 #[derive(Debug, Default)]
 struct UpdateRouter {
-    sinks: Mutex<HashMap<String, mpsc::UnboundedSender<SessionUpdate>>>,
+    sinks: Mutex<HashMap<String, mpsc::UnboundedSender<TurnEvent>>>,
 }
 
 impl UpdateRouter {
     fn register(
         self: &Arc<Self>,
         session_id: &str,
-    ) -> (RouteGuard, mpsc::UnboundedReceiver<SessionUpdate>) {
+    ) -> (RouteGuard, mpsc::UnboundedReceiver<TurnEvent>) {
         let (tx, rx) = mpsc::unbounded_channel();
         self.lock().insert(session_id.to_string(), tx);
         (
@@ -219,22 +369,18 @@ impl UpdateRouter {
         )
     }
 
-    fn route(&self, notification: SessionNotification) {
-        let sink = self.lock().get(notification.session_id.0.as_ref()).cloned();
+    fn route(&self, session_id: &str, event: Option<TurnEvent>) {
+        let Some(event) = event else { return };
+        let sink = self.lock().get(session_id).cloned();
         match sink {
             Some(tx) => {
-                let _ = tx.send(notification.update);
+                let _ = tx.send(event);
             }
-            None => tracing::trace!(
-                session_id = %notification.session_id.0,
-                "dropping session/update with no turn waiting"
-            ),
+            None => tracing::trace!(session_id, "dropping session/update with no turn waiting"),
         }
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<SessionUpdate>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<TurnEvent>>> {
         self.sinks.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -269,15 +415,48 @@ impl FrameTap {
     }
 }
 
+/// The connection, by the protocol version the agent answered at `initialize`.
+#[derive(Clone, Debug)]
+enum Connection {
+    V1(ConnectionTo<Agent>),
+    V2(V2ConnectionTo<Agent>),
+}
+
+/// A request's answer, still to come.
+type Answer<T> = Pin<Box<dyn Future<Output = Result<T, agent_client_protocol::Error>> + Send>>;
+
+impl Connection {
+    /// Sends a request (any message type: the wire shape is the caller's choice).
+    fn send<Req: JsonRpcRequest>(&self, request: Req) -> Answer<Req::Response>
+    where
+        Req::Response: Send + 'static,
+    {
+        match self {
+            Connection::V1(cx) => Box::pin(cx.send_request(request).block_task()),
+            Connection::V2(cx) => Box::pin(cx.send_request(request).block_task()),
+        }
+    }
+
+    fn notify<N: JsonRpcNotification>(
+        &self,
+        notification: N,
+    ) -> Result<(), agent_client_protocol::Error> {
+        match self {
+            Connection::V1(cx) => cx.send_notification(notification),
+            Connection::V2(cx) => cx.send_notification(notification),
+        }
+    }
+}
+
 /// A live ACP connection to one agent process.
 pub struct AcpClient {
     slot: usize,
-    cx: ConnectionTo<Agent>,
+    cx: Connection,
     router: Arc<UpdateRouter>,
     info: AgentInfo,
     /// The connection task; yields why the connection failed, if it did.
     driver: Option<JoinHandle<Option<String>>>,
-    shutdown: Option<oneshot::Sender<()>>,
+    shutdown: Option<watch::Sender<bool>>,
     ended: watch::Receiver<bool>,
 }
 
@@ -291,18 +470,247 @@ impl std::fmt::Debug for AcpClient {
     }
 }
 
-fn choose_permission(request: &RequestPermissionRequest) -> RequestPermissionOutcome {
+/// Decides a `session/request_permission`: given the session and the offered
+/// options (id and kind), the option to select, or `None` to cancel.
+type PermissionPolicy =
+    Arc<dyn Fn(&str, &[(String, PermissionOptionKind)]) -> Option<String> + Send + Sync>;
+
+/// The unattended choice: `allow_once`, else `reject_once`, else none.
+fn choose_permission(options: &[(String, PermissionOptionKind)]) -> Option<String> {
     let pick = |kind: PermissionOptionKind| {
-        request
-            .options
+        options
             .iter()
-            .find(|o| o.kind == kind)
-            .map(|o| o.option_id.clone())
+            .find(|(_, k)| *k == kind)
+            .map(|(id, _)| id.clone())
     };
-    match pick(PermissionOptionKind::AllowOnce).or_else(|| pick(PermissionOptionKind::RejectOnce)) {
-        Some(id) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id)),
-        None => RequestPermissionOutcome::Cancelled,
+    pick(PermissionOptionKind::AllowOnce).or_else(|| pick(PermissionOptionKind::RejectOnce))
+}
+
+/// A v2 option kind in v1 terms (the same four kinds; `None` for one this
+/// crate does not know, which is never chosen).
+fn kind_of_v2(kind: &v2::PermissionOptionKind) -> Option<PermissionOptionKind> {
+    match kind {
+        v2::PermissionOptionKind::AllowOnce => Some(PermissionOptionKind::AllowOnce),
+        v2::PermissionOptionKind::AllowAlways => Some(PermissionOptionKind::AllowAlways),
+        v2::PermissionOptionKind::RejectOnce => Some(PermissionOptionKind::RejectOnce),
+        v2::PermissionOptionKind::RejectAlways => Some(PermissionOptionKind::RejectAlways),
+        _ => None,
     }
+}
+
+/// The name and version the harness gives at `initialize`.
+const CLIENT_NAME: &str = "buzz-acp";
+
+/// The v1 `initialize`: the v2 request below as the SDK reads it in v1, field
+/// for field, so that its connector hands a v1 answer to the v1
+/// implementation on the same connection instead of starting the agent again.
+/// Every v2 client supports boolean configuration options, which v1 names as
+/// a capability.
+fn v1_initialize() -> InitializeRequest {
+    let session = ClientSessionCapabilities::new().config_options(
+        SessionConfigOptionsCapabilities::new().boolean(BooleanConfigOptionCapabilities::new()),
+    );
+    InitializeRequest::new(ProtocolVersion::V1)
+        .client_capabilities(ClientCapabilities::new().session(session))
+        .client_info(Implementation::new(CLIENT_NAME, env!("CARGO_PKG_VERSION")))
+}
+
+/// The v2 `initialize`, in the v2 request shape.
+fn v2_initialize() -> v2::InitializeRequest {
+    v2::InitializeRequest::new(
+        ProtocolVersion::V2,
+        v2::Implementation::new(CLIENT_NAME, env!("CARGO_PKG_VERSION")),
+    )
+}
+
+fn info_of_v1(init: &InitializeResponse) -> AgentInfo {
+    let caps = &init.agent_capabilities;
+    AgentInfo {
+        protocol_version: "1".into(),
+        load_session: caps.load_session,
+        session_close: caps.session_capabilities.close.is_some(),
+        session_resume: caps.session_capabilities.resume.is_some(),
+        system_prompt: caps.session_capabilities.system_prompt.is_some(),
+        name: init.agent_info.as_ref().map(|i| i.name.clone()),
+        version: init.agent_info.as_ref().map(|i| i.version.clone()),
+    }
+}
+
+/// v2 has no `session/load`; `capabilities.session` makes resume and close
+/// required methods (RFD "v2 Required Session Methods").
+fn info_of_v2(init: &v2::InitializeResponse) -> AgentInfo {
+    let session = init.capabilities.session.as_ref();
+    AgentInfo {
+        protocol_version: "2".into(),
+        load_session: false,
+        session_close: session.is_some(),
+        session_resume: session.is_some(),
+        system_prompt: session.is_some_and(|s| s.system_prompt.is_some()),
+        name: Some(init.info.name.clone()),
+        version: Some(init.info.version.clone()),
+    }
+}
+
+/// A connection ready for sessions, and what the agent advertised on it.
+struct Ready {
+    cx: Connection,
+    info: AgentInfo,
+}
+
+/// What the two protocol implementations share while the SDK's connector
+/// chooses between them.
+struct Handshake {
+    router: Arc<UpdateRouter>,
+    policy: PermissionPolicy,
+    /// Taken by the implementation that completes `initialize` (or fails it).
+    ready: Mutex<Option<oneshot::Sender<Result<Ready, agent_client_protocol::Error>>>>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Handshake {
+    fn hand_over(&self, ready: Result<Ready, agent_client_protocol::Error>) {
+        let sender = self.ready.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(sender) = sender {
+            let _ = sender.send(ready);
+        }
+    }
+
+    /// Keeps the connection until the client shuts it down or the agent closes it.
+    async fn serve(&self, closed: impl Future<Output = ()>) {
+        let mut shutdown = self.shutdown.clone();
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => {}
+            () = closed => {}
+        }
+    }
+}
+
+/// The v1 implementation.
+struct V1Client(Arc<Handshake>);
+
+impl ConnectTo<Agent> for V1Client {
+    async fn connect_to(
+        self,
+        agent: impl ConnectTo<Client>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let handshake = self.0;
+        let router = Arc::clone(&handshake.router);
+        let policy = Arc::clone(&handshake.policy);
+        Client
+            .v1()
+            .name(CLIENT_NAME)
+            .on_receive_notification(
+                async move |n: SessionNotification, _cx| {
+                    router.route(&n.session_id.0, TurnEvent::of_v1(n.update));
+                    Ok(())
+                },
+                agent_client_protocol::on_receive_notification!(),
+            )
+            .on_receive_request(
+                async move |req: RequestPermissionRequest, responder, _cx| {
+                    let options: Vec<_> = req
+                        .options
+                        .iter()
+                        .map(|o| (o.option_id.0.to_string(), o.kind))
+                        .collect();
+                    let outcome = match policy(&req.session_id.0, &options) {
+                        Some(id) => {
+                            RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id))
+                        }
+                        None => RequestPermissionOutcome::Cancelled,
+                    };
+                    responder.respond(RequestPermissionResponse::new(outcome))
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .connect_with(agent, async move |cx: ConnectionTo<Agent>| {
+                let info = match cx.send_request(v1_initialize()).block_task().await {
+                    Ok(init) => info_of_v1(&init),
+                    Err(e) => {
+                        handshake.hand_over(Err(e.clone()));
+                        return Err(e);
+                    }
+                };
+                handshake.hand_over(Ok(Ready {
+                    cx: Connection::V1(cx.clone()),
+                    info,
+                }));
+                handshake.serve(cx.incoming_closed()).await;
+                Ok(())
+            })
+            .await
+    }
+}
+
+/// The v2 implementation.
+struct V2Client(Arc<Handshake>);
+
+impl ConnectTo<Agent> for V2Client {
+    async fn connect_to(
+        self,
+        agent: impl ConnectTo<Client>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let handshake = self.0;
+        let router = Arc::clone(&handshake.router);
+        let policy = Arc::clone(&handshake.policy);
+        Client
+            .v2()
+            .name(CLIENT_NAME)
+            .on_receive_notification(
+                async move |n: v2::UpdateSessionNotification, _cx| {
+                    router.route(&n.session_id.0, TurnEvent::of_v2(n.update));
+                    Ok(())
+                },
+                agent_client_protocol::on_receive_notification!(),
+            )
+            .on_receive_request(
+                async move |req: v2::RequestPermissionRequest, responder, _cx| {
+                    let options: Vec<_> = req
+                        .options
+                        .iter()
+                        .filter_map(|o| Some((o.option_id.0.to_string(), kind_of_v2(&o.kind)?)))
+                        .collect();
+                    let outcome = match policy(&req.session_id.0, &options) {
+                        Some(id) => v2::RequestPermissionOutcome::Selected(
+                            v2::SelectedPermissionOutcome::new(id),
+                        ),
+                        None => v2::RequestPermissionOutcome::Cancelled(
+                            v2::CancelledPermissionOutcome::new(),
+                        ),
+                    };
+                    responder.respond(v2::RequestPermissionResponse::new(outcome))
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .connect_with(agent, async move |cx: V2ConnectionTo<Agent>| {
+                let info = match cx.send_initialize(v2_initialize()).block_task().await {
+                    Ok(InitializeOutcome::Initialized(init)) => info_of_v2(&init),
+                    // The agent chose v1: the connector hands the connection
+                    // to the v1 implementation, and this one is dropped.
+                    Ok(_) => return Ok(()),
+                    Err(e) => {
+                        handshake.hand_over(Err(e.clone()));
+                        return Err(e);
+                    }
+                };
+                handshake.hand_over(Ok(Ready {
+                    cx: Connection::V2(cx.clone()),
+                    info,
+                }));
+                handshake.serve(cx.incoming_closed()).await;
+                Ok(())
+            })
+            .await
+    }
+}
+
+/// Which versions a connection may negotiate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Versions {
+    /// Ask for 2; go on in 1 if the agent answers 1.
+    UpToV2,
+    /// Ask for 1 only (after an agent refused a request for 2).
+    V1Only,
 }
 
 impl AcpClient {
@@ -316,7 +724,8 @@ impl AcpClient {
     /// An agent that cannot be started, or that exits before answering
     /// `initialize`, is an [`AcpError::Spawn`] carrying the reason: the OS
     /// error (e.g. "No such file or directory (os error 2)") or the tail of
-    /// what the agent wrote to stderr.
+    /// what the agent wrote to stderr. An agent that answers the request for
+    /// protocol version 2 with an error is started again and asked for 1.
     pub async fn spawn(
         command: &str,
         guard: Option<&Path>,
@@ -335,107 +744,39 @@ impl AcpClient {
             None => launch,
         };
         let tap = Arc::new(FrameTap { observer, slot });
-        let agent =
-            AcpAgent::new(launch).with_debug(move |line, direction| tap.observe(line, direction));
-
-        let router = Arc::new(UpdateRouter::default());
-        let (cx_tx, cx_rx) = oneshot::channel();
-        let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
-        let (ended_tx, ended_rx) = watch::channel(false);
-        let handler_router = Arc::clone(&router);
-
-        let driver = tokio::spawn(async move {
-            let result = Client
-                .v1()
-                .name("buzz-acp")
-                .on_receive_notification(
-                    async move |n: SessionNotification, _cx| {
-                        handler_router.route(n);
-                        Ok(())
-                    },
-                    agent_client_protocol::on_receive_notification!(),
-                )
-                .on_receive_request(
-                    async move |req: RequestPermissionRequest, responder, _cx| {
-                        responder.respond(RequestPermissionResponse::new(choose_permission(&req)))
-                    },
-                    agent_client_protocol::on_receive_request!(),
-                )
-                .connect_with(agent, async move |cx: ConnectionTo<Agent>| {
-                    let closed = cx.clone();
-                    if cx_tx.send(cx).is_err() {
-                        return Ok(());
-                    }
-                    tokio::select! {
-                        _ = shutdown_rx => {}
-                        () = closed.incoming_closed() => {}
-                    }
-                    Ok(())
-                })
-                .await;
-            let failure = result.err().map(|e| describe_connection_error(&e));
-            if let Some(failure) = &failure {
-                tracing::debug!(slot, error = %failure, "agent connection ended with an error");
-            }
-            let _ = ended_tx.send(true);
-            failure
+        let observe = move |line: &str, direction: LineDirection| tap.observe(line, direction);
+        let agent: AgentFactory = Arc::new(move || {
+            DynConnectTo::new(AcpAgent::new(launch.clone()).with_debug(observe.clone()))
         });
+        let policy: PermissionPolicy = Arc::new(|_session, options| choose_permission(options));
 
-        let cx = match cx_rx.await {
-            Ok(cx) => cx,
-            Err(_) => {
-                let failure = driver.await.ok().flatten();
-                return Err(spawn_err(
-                    failure.unwrap_or_else(|| "the agent process did not start".to_string()),
-                ));
+        let first = connect(command, slot, &agent, &policy, Versions::UpToV2).await;
+        let connected = match first {
+            Err(AcpError::Agent { code, message, .. }) => {
+                tracing::warn!(
+                    slot,
+                    code,
+                    %message,
+                    "the agent refused initialize asking for protocol version 2; \
+                     starting it again and asking for version 1"
+                );
+                connect(command, slot, &agent, &policy, Versions::V1Only).await?
             }
+            other => other?,
         };
-        let mut client = AcpClient {
+        let client = AcpClient {
             slot,
-            cx,
-            router,
-            info: AgentInfo::default(),
-            driver: Some(driver),
-            shutdown: Some(shutdown_tx),
-            ended: ended_rx,
-        };
-        let init = client
-            .request(
-                InitializeRequest::new(ProtocolVersion::V1)
-                    .client_capabilities(ClientCapabilities::default())
-                    .client_info(Implementation::new("buzz-acp", env!("CARGO_PKG_VERSION"))),
-                RPC_TIMEOUT,
-            )
-            .await;
-        let init = match init {
-            Ok(init) => init,
-            Err(e) => {
-                let failure = client.finish().await;
-                return Err(match e {
-                    AcpError::Exited { .. } | AcpError::Transport { .. } => {
-                        spawn_err(failure.unwrap_or_else(|| {
-                            "the agent exited before answering initialize".to_string()
-                        }))
-                    }
-                    other => other,
-                });
-            }
-        };
-        let caps = &init.agent_capabilities;
-        client.info = AgentInfo {
-            protocol_version: serde_json::to_value(init.protocol_version)
-                .map(|v| v.to_string())
-                .unwrap_or_default(),
-            load_session: caps.load_session,
-            session_close: caps.session_capabilities.close.is_some(),
-            session_resume: caps.session_capabilities.resume.is_some(),
-            system_prompt: caps.session_capabilities.system_prompt.is_some(),
-            name: init.agent_info.as_ref().map(|i| i.name.clone()),
-            version: init.agent_info.as_ref().map(|i| i.version.clone()),
+            cx: connected.ready.cx,
+            router: connected.router,
+            info: connected.ready.info,
+            driver: Some(connected.driver),
+            shutdown: Some(connected.shutdown),
+            ended: connected.ended,
         };
         tracing::info!(
             slot,
             agent = client.info.name.as_deref().unwrap_or("?"),
+            protocol_version = %client.info.protocol_version,
             load_session = client.info.load_session,
             "agent initialized"
         );
@@ -463,15 +804,18 @@ impl AcpClient {
         &self,
         request: Req,
         timeout: Duration,
-    ) -> Result<Req::Response, AcpError> {
+    ) -> Result<Req::Response, AcpError>
+    where
+        Req::Response: Send + 'static,
+    {
         let method = request.method().to_string();
         if self.has_exited() {
             return Err(AcpError::Exited { method });
         }
-        let sent = self.cx.send_request(request);
+        let sent = self.cx.send(request);
         let mut ended = self.ended.clone();
         tokio::select! {
-            result = tokio::time::timeout(timeout, sent.block_task()) => match result {
+            result = tokio::time::timeout(timeout, sent) => match result {
                 Ok(Ok(response)) => Ok(response),
                 Ok(Err(e)) => Err(self.map_error(&method, e)),
                 Err(_) => Err(AcpError::Timeout { method, after: timeout, kind: TimeoutKind::Request }),
@@ -496,18 +840,46 @@ impl AcpClient {
 
     /// `session/new`.
     pub async fn session_new_full(&self, params: NewSessionParams) -> Result<NewSession, AcpError> {
-        let mcp: Vec<McpServer> = params.mcp_servers.iter().map(to_mcp_server).collect();
-        let mut request = NewSessionRequest::new(params.cwd).mcp_servers(mcp);
-        if let Some(prompt) = params.system_prompt.filter(|_| self.info.system_prompt) {
-            request = request.system_prompt(SystemPrompt::new(vec![ContentBlock::Text(
-                TextContent::new(prompt),
-            )]));
-        }
-        if !params.meta.is_empty() {
-            request = request.meta(params.meta);
-        }
-        let response: NewSessionResponse = self.request(request, RPC_TIMEOUT).await?;
-        let session_id = response.session_id.0.to_string();
+        let (session_id, config_options) = match &self.cx {
+            Connection::V1(_) => {
+                let mcp: Vec<McpServer> = params.mcp_servers.iter().map(to_mcp_server).collect();
+                let mut request = NewSessionRequest::new(params.cwd).mcp_servers(mcp);
+                if let Some(prompt) = params.system_prompt.filter(|_| self.info.system_prompt) {
+                    request = request.system_prompt(SystemPrompt::new(vec![ContentBlock::Text(
+                        TextContent::new(prompt),
+                    )]));
+                }
+                if !params.meta.is_empty() {
+                    request = request.meta(params.meta);
+                }
+                let response: NewSessionResponse = self.request(request, RPC_TIMEOUT).await?;
+                (
+                    response.session_id.0.to_string(),
+                    response.config_options.unwrap_or_default(),
+                )
+            }
+            Connection::V2(_) => {
+                let mcp: Vec<v2::McpServer> =
+                    params.mcp_servers.iter().map(to_v2_mcp_server).collect();
+                let mut request = v2::NewSessionRequest::new(params.cwd).mcp_servers(mcp);
+                if let Some(prompt) = params.system_prompt.filter(|_| self.info.system_prompt) {
+                    request =
+                        request.system_prompt(v2::SystemPrompt::new(vec![v2::ContentBlock::Text(
+                            v2::TextContent::new(prompt),
+                        )]));
+                }
+                if !params.meta.is_empty() {
+                    request = request.meta(params.meta);
+                }
+                let response: v2::NewSessionResponse = self.request(request, RPC_TIMEOUT).await?;
+                let options = response
+                    .config_options
+                    .into_iter()
+                    .filter_map(config_option_of_v2)
+                    .collect();
+                (response.session_id.0.to_string(), options)
+            }
+        };
         if session_id.is_empty() {
             return Err(AcpError::Protocol {
                 method: "session/new".into(),
@@ -516,7 +888,7 @@ impl AcpClient {
         }
         Ok(NewSession {
             session_id,
-            config_options: response.config_options.unwrap_or_default(),
+            config_options,
         })
     }
 
@@ -528,35 +900,79 @@ impl AcpClient {
         value: &str,
         timeout: Duration,
     ) -> Result<(), AcpError> {
-        self.request(
-            SetSessionConfigOptionRequest::new(
-                session_id.to_string(),
-                config_id.to_string(),
-                value,
-            ),
-            timeout,
-        )
-        .await
-        .map(|_| ())
+        match &self.cx {
+            Connection::V1(_) => self
+                .request(
+                    SetSessionConfigOptionRequest::new(
+                        session_id.to_string(),
+                        config_id.to_string(),
+                        value,
+                    ),
+                    timeout,
+                )
+                .await
+                .map(|_| ()),
+            Connection::V2(_) => self
+                .request(
+                    v2::SetSessionConfigOptionRequest::new(
+                        session_id.to_string(),
+                        config_id.to_string(),
+                        value,
+                    ),
+                    timeout,
+                )
+                .await
+                .map(|_| ()),
+        }
     }
 
     /// `session/cancel` (a notification).
     pub fn session_cancel(&self, session_id: &str) -> Result<(), AcpError> {
-        self.cx
-            .send_notification(CancelNotification::new(session_id.to_string()))
-            .map_err(|e| AcpError::Transport {
-                method: "session/cancel".into(),
-                message: e.to_string(),
-            })
+        let sent = match &self.cx {
+            Connection::V1(_) => self
+                .cx
+                .notify(CancelNotification::new(session_id.to_string())),
+            Connection::V2(_) => self
+                .cx
+                .notify(v2::CancelSessionNotification::new(session_id.to_string())),
+        };
+        sent.map_err(|e| AcpError::Transport {
+            method: "session/cancel".into(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Sends the prompt. The answer is the turn's stop reason in v1, and
+    /// `None` (accepted; the end comes as an idle state) in v2.
+    fn send_prompt(&self, session_id: &str, text: String) -> Answer<Option<StopReason>> {
+        match &self.cx {
+            Connection::V1(_) => {
+                let request = PromptRequest::new(
+                    session_id.to_string(),
+                    vec![ContentBlock::Text(TextContent::new(text))],
+                );
+                let sent = self.cx.send(request);
+                Box::pin(async move { sent.await.map(|answer| Some(answer.stop_reason)) })
+            }
+            Connection::V2(_) => {
+                let request = v2::PromptRequest::new(
+                    session_id.to_string(),
+                    vec![v2::ContentBlock::Text(v2::TextContent::new(text))],
+                );
+                let sent = self.cx.send(request);
+                Box::pin(async move { sent.await.map(|_accepted| None) })
+            }
+        }
     }
 
     /// Runs one `session/prompt` turn.
     ///
     /// The agent's text is collected from `session/update`. The turn ends when
-    /// the agent answers, when a deadline passes (the turn is then cancelled
-    /// and drained, and a [`AcpError::Timeout`] returned), or when `control`
-    /// yields a signal (the turn is cancelled and drained, and the signal
-    /// returned with what the turn produced).
+    /// the agent ends it (v1: its answer to the prompt; v2: the session going
+    /// idle), when a deadline passes (the turn is then cancelled and drained,
+    /// and a [`AcpError::Timeout`] returned), or when `control` yields a signal
+    /// (the turn is cancelled and drained, and the signal returned with what
+    /// the turn produced).
     pub async fn session_prompt_with_idle_timeout<S>(
         &self,
         session_id: &str,
@@ -570,13 +986,8 @@ impl AcpClient {
                 method: METHOD.into(),
             });
         }
-        let (_route, mut updates) = self.router.register(session_id);
-        let request = PromptRequest::new(
-            session_id.to_string(),
-            vec![ContentBlock::Text(TextContent::new(text))],
-        );
-        let mut response = Box::pin(self.cx.send_request(request).block_task());
-        let mut output = TurnOutput::default();
+        let (_route, updates) = self.router.register(session_id);
+        let mut turn = Turn::new(self.send_prompt(session_id, text), updates);
         let started = Instant::now();
         let hard_deadline = started + limits.hard;
         let mut idle_deadline = started + limits.idle;
@@ -587,20 +998,18 @@ impl AcpClient {
             let deadline = idle_deadline.min(hard_deadline);
             tokio::select! {
                 biased;
-                result = &mut response => {
-                    drain_ready(&mut updates, &mut output);
-                    let response = result.map_err(|e| self.map_error(METHOD, e))?;
-                    output.stop_reason = Some(response.stop_reason);
-                    return Ok(TurnEnd::Completed(output));
-                }
-                Some(update) = updates.recv() => {
-                    collect(update, &mut output);
-                    idle_deadline = Instant::now() + limits.idle;
-                }
+                step = turn.step() => match step {
+                    Step::Heard => idle_deadline = Instant::now() + limits.idle,
+                    Step::Ended(end) => {
+                        return end
+                            .map(TurnEnd::Completed)
+                            .map_err(|e| self.turn_error(METHOD, e));
+                    }
+                },
                 signal = control.recv(), if control_open => match signal {
                     Some(signal) => {
                         let drained = self
-                            .cancel_with_cleanup(session_id, response, &mut updates, output, CANCEL_DRAIN_GRACE)
+                            .cancel_with_cleanup(session_id, turn, CANCEL_DRAIN_GRACE)
                             .await;
                         return Ok(TurnEnd::Interrupted { signal, drained });
                     }
@@ -618,7 +1027,7 @@ impl AcpClient {
                     // Cancel cleanup: the agent must stop working before the
                     // worker is reused or respawned.
                     let _ = self
-                        .cancel_with_cleanup(session_id, response, &mut updates, output, CANCEL_DRAIN_GRACE)
+                        .cancel_with_cleanup(session_id, turn, CANCEL_DRAIN_GRACE)
                         .await;
                     return Err(AcpError::Timeout { method: METHOD.into(), after, kind });
                 }
@@ -626,35 +1035,29 @@ impl AcpClient {
         }
     }
 
-    async fn cancel_with_cleanup<F>(
+    fn turn_error(&self, method: &str, e: TurnError) -> AcpError {
+        match e {
+            TurnError::Rpc(e) => self.map_error(method, e),
+            TurnError::Ended(failure) => failure.into_error(method),
+        }
+    }
+
+    async fn cancel_with_cleanup(
         &self,
         session_id: &str,
-        mut response: std::pin::Pin<Box<F>>,
-        updates: &mut mpsc::UnboundedReceiver<SessionUpdate>,
-        mut output: TurnOutput,
+        mut turn: Turn,
         grace: Duration,
-    ) -> Result<TurnOutput, AcpError>
-    where
-        F: Future<
-            Output = Result<
-                agent_client_protocol::v1::schema::PromptResponse,
-                agent_client_protocol::Error,
-            >,
-        >,
-    {
+    ) -> Result<TurnOutput, AcpError> {
         const METHOD: &str = "session/cancel";
         self.session_cancel(session_id)?;
         let deadline = Instant::now() + grace;
         loop {
             tokio::select! {
                 biased;
-                result = &mut response => {
-                    drain_ready(updates, &mut output);
-                    let response = result.map_err(|e| self.map_error(METHOD, e))?;
-                    output.stop_reason = Some(response.stop_reason);
-                    return Ok(output);
-                }
-                Some(update) = updates.recv() => collect(update, &mut output),
+                step = turn.step() => match step {
+                    Step::Heard => {}
+                    Step::Ended(end) => return end.map_err(|e| self.turn_error(METHOD, e)),
+                },
                 () = tokio::time::sleep_until(deadline) => {
                     return Err(AcpError::Timeout { method: METHOD.into(), after: grace, kind: TimeoutKind::CancelDrain });
                 }
@@ -672,17 +1075,117 @@ impl AcpClient {
     /// [`AcpClient::shutdown`], returning why the connection failed, if it
     /// did (e.g. the agent exited non-zero, with the tail of its stderr).
     async fn finish(&mut self) -> Option<String> {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
+        let driver = self.driver.take()?;
+        let shutdown = self.shutdown.take()?;
+        end_connection(&shutdown, driver).await
+    }
+}
+
+/// Builds the agent's transport: a process started from the command (each
+/// call starts one).
+type AgentFactory = Arc<dyn Fn() -> DynConnectTo<Client> + Send + Sync>;
+
+/// A connection that answered `initialize`, with what drives it.
+struct Connected {
+    ready: Ready,
+    router: Arc<UpdateRouter>,
+    driver: JoinHandle<Option<String>>,
+    shutdown: watch::Sender<bool>,
+    ended: watch::Receiver<bool>,
+}
+
+/// Starts one connection to the agent `agent` builds and runs `initialize`
+/// on it, asking for the `versions` given.
+async fn connect(
+    command: &str,
+    slot: usize,
+    agent: &AgentFactory,
+    policy: &PermissionPolicy,
+    versions: Versions,
+) -> Result<Connected, AcpError> {
+    let spawn_err = |message: String| AcpError::Spawn {
+        command: command.to_string(),
+        message,
+    };
+    let router = Arc::new(UpdateRouter::default());
+    let (ready_tx, ready_rx) = oneshot::channel();
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (ended_tx, ended_rx) = watch::channel(false);
+    let handshake = Arc::new(Handshake {
+        router: Arc::clone(&router),
+        policy: Arc::clone(policy),
+        ready: Mutex::new(Some(ready_tx)),
+        shutdown: shutdown_rx,
+    });
+    let v1 = Arc::clone(&handshake);
+    let mut connector = Client
+        .protocol_connector()
+        .with_v1(move || V1Client(Arc::clone(&v1)));
+    if versions == Versions::UpToV2 {
+        connector = connector.with_v2(move || V2Client(Arc::clone(&handshake)));
+    }
+
+    let agent = Arc::clone(agent);
+    let driver = tokio::spawn(async move {
+        let result = connector.connect_to(move || agent()).await;
+        let failure = result.err().map(|e| describe_connection_error(&e));
+        if let Some(failure) = &failure {
+            tracing::debug!(slot, error = %failure, "agent connection ended with an error");
         }
-        let mut driver = self.driver.take()?;
-        match tokio::time::timeout(Duration::from_secs(5), &mut driver).await {
-            Ok(joined) => joined.ok().flatten(),
-            Err(_) => {
-                driver.abort();
-                let _ = driver.await;
-                None
-            }
+        let _ = ended_tx.send(true);
+        failure
+    });
+
+    let ready = tokio::time::timeout(RPC_TIMEOUT, ready_rx).await;
+    let ready = match ready {
+        Ok(Ok(Ok(ready))) => ready,
+        Ok(Ok(Err(e))) if !agent_client_protocol::is_incoming_transport_closed(&e) => {
+            let _ = end_connection(&shutdown_tx, driver).await;
+            return Err(AcpError::Agent {
+                method: "initialize".into(),
+                code: e.code.value(),
+                message: e.message,
+                data: e.data,
+            });
+        }
+        Ok(_) => {
+            let failure = end_connection(&shutdown_tx, driver).await;
+            return Err(spawn_err(failure.unwrap_or_else(|| {
+                "the agent exited before answering initialize".to_string()
+            })));
+        }
+        Err(_) => {
+            let _ = end_connection(&shutdown_tx, driver).await;
+            return Err(AcpError::Timeout {
+                method: "initialize".into(),
+                after: RPC_TIMEOUT,
+                kind: TimeoutKind::Request,
+            });
+        }
+    };
+    Ok(Connected {
+        ready,
+        router,
+        driver,
+        shutdown: shutdown_tx,
+        ended: ended_rx,
+    })
+}
+
+/// Asks the connection to end (stdin EOF, then SIGTERM/SIGKILL by the SDK),
+/// and if that takes too long, drops it, which SIGKILLs the process group at
+/// once. Returns why the connection failed, if it did.
+async fn end_connection(
+    shutdown: &watch::Sender<bool>,
+    mut driver: JoinHandle<Option<String>>,
+) -> Option<String> {
+    let _ = shutdown.send(true);
+    match tokio::time::timeout(Duration::from_secs(5), &mut driver).await {
+        Ok(joined) => joined.ok().flatten(),
+        Err(_) => {
+            driver.abort();
+            let _ = driver.await;
+            None
         }
     }
 }
@@ -727,22 +1230,151 @@ async fn wait_ended(ended: &mut watch::Receiver<bool>) {
     let _ = ended.wait_for(|e| *e).await;
 }
 
-fn collect(update: SessionUpdate, output: &mut TurnOutput) {
-    match update {
-        SessionUpdate::AgentMessageChunk(chunk) => {
-            if let ContentBlock::Text(text) = chunk.content {
-                output.text.push_str(&text.text);
+/// One turn in flight: the prompt's answer still to come, and what the
+/// session says meanwhile.
+struct Turn {
+    /// `None` once answered (v2: the prompt was accepted).
+    answer: Option<Answer<Option<StopReason>>>,
+    updates: mpsc::UnboundedReceiver<TurnEvent>,
+    /// The agent's messages so far, in the order they began.
+    messages: Vec<(Option<String>, String)>,
+    usage_used: Option<u64>,
+}
+
+/// What a turn did next.
+enum Step {
+    /// The agent said something (the idle deadline starts again).
+    Heard,
+    /// The turn is over.
+    Ended(Result<TurnOutput, TurnError>),
+}
+
+/// How a turn failed.
+enum TurnError {
+    /// The prompt request failed.
+    Rpc(agent_client_protocol::Error),
+    /// v2: the turn ended with an error.
+    Ended(AgentFailure),
+}
+
+impl Turn {
+    fn new(
+        answer: Answer<Option<StopReason>>,
+        updates: mpsc::UnboundedReceiver<TurnEvent>,
+    ) -> Turn {
+        Turn {
+            answer: Some(answer),
+            updates,
+            messages: Vec::new(),
+            usage_used: None,
+        }
+    }
+
+    /// Waits for the next thing the turn does.
+    async fn step(&mut self) -> Step {
+        loop {
+            let answer = async {
+                match self.answer.as_mut() {
+                    Some(answer) => answer.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                result = answer => {
+                    self.answer = None;
+                    match result {
+                        // v1: the answer ends the turn. Updates sent before it
+                        // are already queued.
+                        Ok(Some(reason)) => {
+                            self.drain();
+                            return Step::Ended(Ok(self.output(reason)));
+                        }
+                        // v2: accepted; the end comes as an idle state.
+                        Ok(None) => {}
+                        Err(e) => return Step::Ended(Err(TurnError::Rpc(e))),
+                    }
+                }
+                event = self.updates.recv() => match event {
+                    Some(TurnEvent::Idle(end)) => {
+                        return Step::Ended(match end {
+                            Ok(reason) => Ok(self.output(reason)),
+                            Err(failure) => Err(TurnError::Ended(failure)),
+                        });
+                    }
+                    Some(event) => {
+                        self.apply(event);
+                        return Step::Heard;
+                    }
+                    // The router outlives the turn; this is never reached.
+                    None => std::future::pending::<()>().await,
+                },
             }
         }
-        SessionUpdate::UsageUpdate(usage) => output.usage_used = Some(usage.used),
-        _ => {}
+    }
+
+    fn apply(&mut self, event: TurnEvent) {
+        match event {
+            TurnEvent::Text {
+                message,
+                text,
+                whole,
+            } => match self.messages.iter_mut().find(|(id, _)| *id == message) {
+                Some((_, kept)) if whole => *kept = text,
+                Some((_, kept)) => kept.push_str(&text),
+                None => self.messages.push((message, text)),
+            },
+            TurnEvent::Usage(used) => self.usage_used = Some(used),
+            TurnEvent::Idle(_) => {}
+        }
+    }
+
+    /// Applies what is already queued (v1 sends a turn's updates before its answer).
+    fn drain(&mut self) {
+        while let Ok(event) = self.updates.try_recv() {
+            self.apply(event);
+        }
+    }
+
+    fn output(&self, reason: StopReason) -> TurnOutput {
+        TurnOutput {
+            text: self
+                .messages
+                .iter()
+                .map(|(_, text)| text.as_str())
+                .collect(),
+            stop_reason: Some(reason),
+            usage_used: self.usage_used,
+        }
     }
 }
 
-fn drain_ready(updates: &mut mpsc::UnboundedReceiver<SessionUpdate>, output: &mut TurnOutput) {
-    while let Ok(update) = updates.try_recv() {
-        collect(update, output);
+/// A v2 configuration option in the v1 shape the rest of the harness reads
+/// (the same JSON for the select options it uses); one that does not fit is
+/// left out.
+fn config_option_of_v2(option: v2::SessionConfigOption) -> Option<SessionConfigOption> {
+    let json = serde_json::to_value(&option).ok()?;
+    match serde_json::from_value(json) {
+        Ok(option) => Some(option),
+        Err(e) => {
+            tracing::debug!(error = %e, "a v2 configuration option has no v1 reading; left out");
+            None
+        }
     }
+}
+
+fn to_v2_mcp_server(server: &McpServerConfig) -> v2::McpServer {
+    v2::McpServer::Stdio(
+        v2::McpServerStdio::new(server.name.clone(), Path::new(&server.command))
+            .args(server.args.clone())
+            .env(
+                server
+                    .env
+                    .iter()
+                    .map(|v| v2::EnvVariable::new(v.name.clone(), v.value.clone()))
+                    .collect(),
+            ),
+    )
 }
 
 fn to_mcp_server(server: &McpServerConfig) -> McpServer {
@@ -762,44 +1394,102 @@ fn to_mcp_server(server: &McpServerConfig) -> McpServer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agent_client_protocol::v1::schema::{
-        PermissionOption, SessionId, ToolCallUpdate, ToolCallUpdateFields,
-    };
 
-    fn request(kinds: &[PermissionOptionKind]) -> RequestPermissionRequest {
-        let options = kinds
+    fn options(kinds: &[PermissionOptionKind]) -> Vec<(String, PermissionOptionKind)> {
+        kinds
             .iter()
             .enumerate()
-            .map(|(i, k)| PermissionOption::new(format!("opt{i}"), format!("o{i}"), *k))
-            .collect();
-        RequestPermissionRequest::new(
-            SessionId::new("s"),
-            ToolCallUpdate::new("t", ToolCallUpdateFields::new()),
-            options,
-        )
-    }
-
-    fn selected(outcome: RequestPermissionOutcome) -> Option<String> {
-        match outcome {
-            RequestPermissionOutcome::Selected(s) => Some(s.option_id.0.to_string()),
-            _ => None,
-        }
+            .map(|(i, k)| (format!("opt{i}"), *k))
+            .collect()
     }
 
     #[test]
     fn permission_prefers_allow_once_then_reject_once() {
-        let r = request(&[
+        let r = options(&[
             PermissionOptionKind::RejectOnce,
             PermissionOptionKind::AllowOnce,
         ]);
-        assert_eq!(selected(choose_permission(&r)).as_deref(), Some("opt1"));
-        let r = request(&[
+        assert_eq!(choose_permission(&r).as_deref(), Some("opt1"));
+        let r = options(&[
             PermissionOptionKind::AllowAlways,
             PermissionOptionKind::RejectOnce,
         ]);
-        assert_eq!(selected(choose_permission(&r)).as_deref(), Some("opt1"));
-        let r = request(&[PermissionOptionKind::AllowAlways]);
-        assert_eq!(selected(choose_permission(&r)), None);
+        assert_eq!(choose_permission(&r).as_deref(), Some("opt1"));
+        let r = options(&[PermissionOptionKind::AllowAlways]);
+        assert_eq!(choose_permission(&r), None);
+    }
+
+    fn text(message: Option<&str>, text: &str, whole: bool) -> TurnEvent {
+        TurnEvent::Text {
+            message: message.map(str::to_owned),
+            text: text.to_owned(),
+            whole,
+        }
+    }
+
+    async fn run(mut turn: Turn) -> Result<TurnOutput, TurnError> {
+        loop {
+            if let Step::Ended(end) = turn.step().await {
+                return end;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_v2_turn_ends_when_the_session_goes_idle_with_each_message_upserted() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let accepted: Answer<Option<StopReason>> = Box::pin(async { Ok(None) });
+        for event in [
+            text(Some("m1"), "Hel", false),
+            text(Some("m1"), "lo. ", false),
+            text(Some("m2"), "draft", true),
+            TurnEvent::Usage(7),
+            text(Some("m2"), "Done.", true),
+            TurnEvent::Idle(Ok(StopReason::MaxTokens)),
+            text(Some("m3"), "after the end", false),
+        ] {
+            tx.send(event).unwrap();
+        }
+        let Ok(output) = run(Turn::new(accepted, rx)).await else {
+            panic!("the turn ended with an error");
+        };
+        assert_eq!(output.text, "Hello. Done.");
+        assert_eq!(output.stop_reason, Some(StopReason::MaxTokens));
+        assert_eq!(output.usage_used, Some(7));
+    }
+
+    #[tokio::test]
+    async fn a_v1_turn_ends_with_its_answer_after_the_updates_sent_before_it() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tx.send(text(None, "one ", false)).unwrap();
+        tx.send(text(None, "two", false)).unwrap();
+        let answered: Answer<Option<StopReason>> =
+            Box::pin(async { Ok(Some(StopReason::EndTurn)) });
+        let Ok(output) = run(Turn::new(answered, rx)).await else {
+            panic!("the turn ended with an error");
+        };
+        assert_eq!(output.text, "one two");
+        assert_eq!(output.stop_reason, Some(StopReason::EndTurn));
+    }
+
+    #[tokio::test]
+    async fn a_v2_turn_that_ends_with_an_error_is_the_agent_error_v1_would_have_answered() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let error = v2::Error::new(-32603, "Internal error: Prompt is too long");
+        let reason = v2::StopReason::Error(v2::ErrorStopReason::new().error(error));
+        tx.send(TurnEvent::Idle(stop_of_v2(Some(reason)))).unwrap();
+        let accepted: Answer<Option<StopReason>> = Box::pin(async { Ok(None) });
+        let Err(TurnError::Ended(failure)) = run(Turn::new(accepted, rx)).await else {
+            panic!("the turn did not end with the agent's error");
+        };
+        let error = failure.into_error("session/prompt");
+        assert_eq!(error.agent_code(), Some(-32603));
+        assert!(error.to_string().contains("Prompt is too long"), "{error}");
+        assert_eq!(stop_of_v2(None), Ok(StopReason::EndTurn));
+        assert_eq!(
+            stop_of_v2(Some(v2::StopReason::Cancelled)),
+            Ok(StopReason::Cancelled)
+        );
     }
 
     #[test]

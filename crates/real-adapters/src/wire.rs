@@ -229,26 +229,59 @@ impl Wire {
             .collect()
     }
 
-    /// What the agent wrote for the request `exchange` (a `session/prompt`): the text of the
-    /// `agent_message_chunk` updates of its session read between the request and its answer.
+    /// What the agent wrote for the request `exchange` (a `session/prompt`): the text of its
+    /// session's agent messages read while the turn ran: until the answer in v1, until the
+    /// session went idle in v2 (chunks appended, whole-message upserts replacing, by message).
     #[must_use]
     pub fn agent_text(&self, exchange: &Exchange<'_>) -> String {
         let session = exchange.request.session_id();
-        let end = exchange
+        let of_turn = |f: &Frame| {
+            f.direction == Direction::Received
+                && f.slot == exchange.request.slot
+                && f.method() == Some("session/update")
+                && f.session_id() == session
+        };
+        let after = &self.frames[exchange.at + 1..];
+        // v2: the answer only accepts the prompt; the turn ends when the session goes idle.
+        // v1: the answer ends the turn.
+        let idle = after.iter().position(|f| {
+            of_turn(f)
+                && f.body["params"]["update"]["sessionUpdate"] == "state_update"
+                && f.body["params"]["update"]["state"] == "idle"
+        });
+        let answer = exchange
             .answer
-            .and_then(|a| self.frames.iter().position(|f| std::ptr::eq(f, a)))
-            .unwrap_or(self.frames.len());
-        self.frames[exchange.at + 1..end]
-            .iter()
-            .filter(|f| {
-                f.direction == Direction::Received
-                    && f.slot == exchange.request.slot
-                    && f.method() == Some("session/update")
-                    && f.session_id() == session
-                    && f.body["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
-            })
-            .filter_map(|f| f.body["params"]["update"]["content"]["text"].as_str())
-            .collect()
+            .and_then(|a| after.iter().position(|f| std::ptr::eq(f, a)));
+        let end = idle.or(answer).unwrap_or(after.len());
+        let mut messages: Vec<(Option<&str>, String)> = Vec::new();
+        for f in after[..end].iter().filter(|f| of_turn(f)) {
+            let update = &f.body["params"]["update"];
+            let id = update["messageId"].as_str();
+            let (text, whole) = match update["sessionUpdate"].as_str() {
+                Some("agent_message_chunk") => (
+                    update["content"]["text"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    false,
+                ),
+                // A v2 upsert of the whole message.
+                Some("agent_message") => match update["content"].as_array() {
+                    Some(blocks) => (
+                        blocks.iter().filter_map(|b| b["text"].as_str()).collect(),
+                        true,
+                    ),
+                    None => continue,
+                },
+                _ => continue,
+            };
+            match messages.iter_mut().find(|(m, _)| *m == id) {
+                Some((_, kept)) if whole => *kept = text,
+                Some((_, kept)) => kept.push_str(&text),
+                None => messages.push((id, text)),
+            }
+        }
+        messages.into_iter().map(|(_, text)| text).collect()
     }
 
     /// The first answer read after the request at `at`, on its slot, with its id.
@@ -383,5 +416,49 @@ mod tests {
         let prompts = wire.exchanges("session/prompt");
         assert!(prompts[0].succeeded());
         assert_eq!(wire.agent_text(&prompts[0]), "handoff");
+    }
+
+    #[test]
+    fn in_v2_agent_text_runs_until_the_session_goes_idle() {
+        let update = |update: Value| {
+            line(
+                "acp_read",
+                0,
+                json!({"jsonrpc": "2.0", "method": "session/update",
+                       "params": {"sessionId": "old", "update": update}}),
+            )
+        };
+        let chunk = |id: &str, text: &str| {
+            update(
+                json!({"sessionUpdate": "agent_message_chunk", "messageId": id,
+                          "content": {"type": "text", "text": text}}),
+            )
+        };
+        let log = [
+            line(
+                "acp_write",
+                0,
+                json!({"jsonrpc": "2.0", "id": 4, "method": "session/prompt",
+                       "params": {"sessionId": "old", "prompt": []}}),
+            ),
+            line(
+                "acp_read",
+                0,
+                json!({"jsonrpc": "2.0", "id": 4, "result": {"messageId": "u1"}}),
+            ),
+            chunk("a1", "hand"),
+            chunk("a1", "off"),
+            update(json!({"sessionUpdate": "agent_message", "messageId": "a2",
+                          "content": [{"type": "text", "text": "draft"}]})),
+            update(json!({"sessionUpdate": "agent_message", "messageId": "a2",
+                          "content": [{"type": "text", "text": " done"}]})),
+            update(json!({"sessionUpdate": "state_update", "state": "idle",
+                          "stopReason": "end_turn"})),
+            chunk("a3", " later"),
+        ]
+        .join("\n");
+        let wire = Wire::parse(&log);
+        let prompts = wire.exchanges("session/prompt");
+        assert_eq!(wire.agent_text(&prompts[0]), "handoff done");
     }
 }

@@ -186,6 +186,30 @@ pub fn turn_limit_rotates_with_a_handoff_across_a_restart(adapter: Adapter) -> R
         before.methods_sent()
     );
     assert_eq!(before.sessions_opened(), std::slice::from_ref(&old));
+    // The harness asks for protocol version 2; claude-agent-acp answers 2, the others 1
+    // (docs/REAL_ADAPTERS.md). In v2 a session comes back with `session/resume` only: v2 has no
+    // `session/load`.
+    let negotiated: Vec<_> = before
+        .exchanges("initialize")
+        .iter()
+        .filter_map(|e| e.answer)
+        .map(|a| a.body["result"]["protocolVersion"].clone())
+        .collect();
+    let expected = match adapter {
+        Adapter::Claude => 2,
+        Adapter::Codex | Adapter::Opencode => 1,
+    };
+    assert!(
+        !negotiated.is_empty() && negotiated.iter().all(|v| *v == expected),
+        "{adapter}: the protocol version answered to initialize: {negotiated:?}"
+    );
+    if expected == 2 {
+        assert!(
+            before.exchanges("session/load").is_empty(),
+            "{adapter}: v2 has no session/load: {:?}",
+            before.methods_sent()
+        );
+    }
 
     let mark = before.len();
     let thread = Some((&t.root, &t.last));
@@ -254,6 +278,18 @@ pub fn turn_limit_rotates_with_a_handoff_across_a_restart(adapter: Adapter) -> R
     assert!(
         published.iter().all(|p| !p.contains(HANDOFF_ASK)),
         "{adapter}: the handoff must never be published: {published:?}"
+    );
+    // Every adapter of the tier has `session/close` (advertised in v1, required in v2): the
+    // retired session is released.
+    let closed: Vec<_> = wire
+        .exchanges("session/close")
+        .into_iter()
+        .filter(|e| e.request.session_id() == Some(old.as_str()))
+        .collect();
+    assert!(
+        closed.len() == 1 && closed[0].succeeded(),
+        "{adapter}: the retired session is closed once: {:?}",
+        wire.methods_sent()
     );
     let notices = side.notices_about(&question)?;
     assert_eq!(notices.len(), 1, "{adapter}: told once: {notices:?}");
