@@ -8,7 +8,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use nostr::Keys;
+use nostr::{Keys, PublicKey};
 
 /// The relay's settings.
 #[derive(Debug, Clone, Default)]
@@ -24,6 +24,11 @@ pub struct RelayConfig {
     /// Serve TLS (`wss://`, `https://`) with a certificate signed by a CA made at start
     /// ([`crate::TestRelay::ca_certificate_pem`]).
     pub tls: bool,
+    /// A members-only relay: a REST request is served only when its NIP-98 signer is one of
+    /// these, or when it carries an `x-auth-tag` header (membership through an owner, which
+    /// the Buzz relay verifies and this relay takes as given); others get 403
+    /// `relay_membership_required`. `None`: everyone is served.
+    pub members: Option<Vec<PublicKey>>,
 }
 
 impl RelayConfig {
@@ -45,6 +50,13 @@ impl RelayConfig {
     #[must_use]
     pub fn tls(mut self) -> Self {
         self.tls = true;
+        self
+    }
+
+    /// Members only: see [`RelayConfig::members`].
+    #[must_use]
+    pub fn members_only(mut self, members: Vec<PublicKey>) -> Self {
+        self.members = Some(members);
         self
     }
 

@@ -49,4 +49,4 @@ pub use config::{
 };
 pub use rest::{EventsAnswer, RelayInfo};
 pub use server::{RelayError, TestRelay};
-pub use state::{ReceivedRequest, SocketEvent};
+pub use state::{ReceivedRequest, RestCall, SocketEvent};

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use crate::config::RestFailureKind;
 use crate::ingest::{self, Verdict};
 use crate::nip98::HttpRequest;
-use crate::state::Shared;
+use crate::state::{RestCall, Shared};
 
 /// Every event a query can return at most per filter (the Buzz relay's `max_limit`).
 pub const MAX_LIMIT: usize = 10_000;
@@ -83,6 +83,16 @@ impl Route {
             _ => None,
         }
     }
+
+    /// The route's path.
+    #[must_use]
+    pub fn path(self) -> &'static str {
+        match self {
+            Self::Events => "/events",
+            Self::Query => "/query",
+            Self::Count => "/count",
+        }
+    }
 }
 
 /// One `POST` request, as the server read it.
@@ -92,6 +102,8 @@ pub(crate) struct Post<'a> {
     /// `http://` + the `Host` header + the path: what the NIP-98 `u` tag must name.
     pub url: &'a str,
     pub authorization: Option<&'a str>,
+    /// The `x-auth-tag` header (an owner's attestation of the signer), if any.
+    pub auth_tag: Option<&'a str>,
     pub body: &'a [u8],
     pub peer: SocketAddr,
 }
@@ -114,6 +126,22 @@ pub(crate) async fn post(shared: &Shared, request: Post<'_>) -> Reply {
         Ok(signer) => signer,
         Err(e) => return Reply::error(StatusCode::UNAUTHORIZED, e.http_message()),
     };
+    shared.record_rest_call(RestCall {
+        path: request.route.path(),
+        signer,
+        auth_tag: request.auth_tag.map(str::to_owned),
+    });
+    if let Some(members) = &shared.members
+        && !members.contains(&signer)
+        && request.auth_tag.is_none()
+    {
+        return Reply {
+            status: StatusCode::FORBIDDEN,
+            body: json!({"error": "relay_membership_required",
+                "message": "this relay serves its members: the signer is not one, and no x-auth-tag names its owner"}),
+            retry_after_secs: None,
+        };
+    }
     match request.route {
         Route::Events => {
             let event = match Event::from_json(request.body) {

@@ -31,7 +31,7 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 use crate::config::{FaultState, Faults, RelayConfig};
 use crate::nip98::Nip98Verifier;
 use crate::rest::{self, Post, Reply, Route};
-use crate::state::{Action, ReceivedRequest, Shared, SocketEvent};
+use crate::state::{Action, ReceivedRequest, RestCall, Shared, SocketEvent};
 use crate::ws;
 
 /// Kind of the NIP-29 group metadata (`d` = the channel, `name`, `t` = its type).
@@ -161,6 +161,8 @@ impl TestRelay {
             requests: Mutex::new(Vec::new()),
             socket_events: Mutex::new(Vec::new()),
             connections: AtomicU64::new(0),
+            members: config.members,
+            rest_calls: Mutex::new(Vec::new()),
         });
         let (acceptor, ca_pem) = match tls {
             Some(identity) => (Some(identity.acceptor), Some(identity.ca_pem)),
@@ -385,6 +387,13 @@ impl TestRelay {
         self.shared.socket_events()
     }
 
+    /// Every REST request so far whose NIP-98 authorization held (served or refused
+    /// afterwards), in the order they were read, with their signer and `x-auth-tag`.
+    #[must_use]
+    pub fn rest_calls(&self) -> Vec<RestCall> {
+        self.shared.rest_calls()
+    }
+
     /// How many websocket connections have been opened so far.
     #[must_use]
     pub fn connections(&self) -> u64 {
@@ -497,6 +506,7 @@ async fn route(shared: Arc<Shared>, peer: SocketAddr, request: Request<Incoming>
     let scheme = if shared.secure { "https" } else { "http" };
     let url = format!("{scheme}://{host}{path}");
     let authorization = header_text(&request, header::AUTHORIZATION);
+    let auth_tag = header_text(&request, header::HeaderName::from_static("x-auth-tag"));
     let body = match Limited::new(request.into_body(), MAX_BODY_BYTES)
         .collect()
         .await
@@ -515,6 +525,7 @@ async fn route(shared: Arc<Shared>, peer: SocketAddr, request: Request<Incoming>
             route,
             url: &url,
             authorization: authorization.as_deref(),
+            auth_tag: auth_tag.as_deref(),
             body: &body,
             peer,
         },

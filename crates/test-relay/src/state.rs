@@ -42,6 +42,10 @@ pub(crate) struct Shared {
     pub socket_events: Mutex<Vec<SocketEvent>>,
     /// How many websocket connections were opened (the last one's number).
     pub connections: AtomicU64,
+    /// Members only: who is served without an `x-auth-tag` ([`crate::RelayConfig::members`]).
+    pub members: Option<Vec<nostr::PublicKey>>,
+    /// Every REST request whose NIP-98 authorization held, in the order they were read.
+    pub rest_calls: Mutex<Vec<RestCall>>,
 }
 
 impl Shared {
@@ -75,6 +79,20 @@ impl Shared {
     }
 
     /// A copy of the `EVENT` record.
+    pub fn record_rest_call(&self, call: RestCall) {
+        self.rest_calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(call);
+    }
+
+    pub fn rest_calls(&self) -> Vec<RestCall> {
+        self.rest_calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     pub fn socket_events(&self) -> Vec<SocketEvent> {
         self.socket_events
             .lock()
@@ -117,6 +135,18 @@ pub struct ReceivedRequest {
     pub connection: u64,
     /// When the relay read it.
     pub at: Instant,
+}
+
+/// A REST request the relay read, once its NIP-98 authorization held (before the relay served
+/// or refused it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestCall {
+    /// The route's path (`/events`, `/query`, `/count`).
+    pub path: &'static str,
+    /// Who signed its NIP-98 authorization.
+    pub signer: nostr::PublicKey,
+    /// Its `x-auth-tag` header, if any.
+    pub auth_tag: Option<String>,
 }
 
 /// An `EVENT` a websocket client sent, as the relay read it (before the relay's own checks).
