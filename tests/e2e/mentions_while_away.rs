@@ -35,9 +35,13 @@ fn post_at(w: &RelayWorld, thread: Option<(&Event, &Event)>, text: &str, at: u64
 /// A mention posted while the harness was stopped is answered once it is back, on the thread's
 /// restored session (the agent still knows the code word of the turn before the stop); a second
 /// restart answers it no second time.
+///
+/// The relay serves its members only: the harness reaches its REST side (the catch-up's query
+/// included) only with the owner's auth tag (`BUZZ_AUTH_TAG`), which every one of its requests
+/// carries.
 #[test]
 fn a_mention_posted_while_the_harness_was_stopped_is_answered_once_on_the_restored_session() {
-    let w = RelayWorld::new();
+    let w = RelayWorld::members_only();
     let harness = w.start(&[], &[]);
     let root = w.post_top("Plan the release. remember alpha-7301");
     let r1 = w.wait_for_reply(&root.id, WAIT).expect("first reply");
@@ -86,6 +90,20 @@ fn a_mention_posted_while_the_harness_was_stopped_is_answered_once_on_the_restor
         "answered once, across two restarts"
     );
     assert_eq!(w.answers_to(&also_missed.id), 1);
+    let tag = w.auth_tag.clone().expect("a members-only relay");
+    let agent = w.agent.public_key();
+    let calls: Vec<_> = w
+        .relay
+        .rest_calls()
+        .into_iter()
+        .filter(|c| c.signer == agent)
+        .collect();
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.auth_tag.as_deref() == Some(tag.as_str())),
+        "every request of the harness carries the owner's auth tag: {calls:?}"
+    );
 }
 
 /// A crash right after an answer was published, before the harness recorded it (the state it

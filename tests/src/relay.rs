@@ -67,6 +67,9 @@ pub struct Chat {
     pub agent: Keys,
     /// The owner: by default the only person the harness answers.
     pub owner: Keys,
+    /// On a members-only relay: the owner's attestation of the agent's key the harness is
+    /// started with (`--auth-tag`), the JSON of its NIP-OA `auth` tag.
+    pub auth_tag: Option<String>,
     /// The id of every message posted through [`Chat::post_in`], in order.
     posted: std::sync::Mutex<Vec<String>>,
     runtime: tokio::runtime::Runtime,
@@ -79,6 +82,32 @@ impl Chat {
     /// # Errors
     /// The runtime, the relay or its channel could not be set up.
     pub fn start() -> Result<Chat, ChatSetupError> {
+        Self::start_with(Membership::Open)
+    }
+
+    /// As [`Chat::start`], on a relay open to all, or serving over REST only its members
+    /// (`members`) and whoever carries an `x-auth-tag`: the harness is then started with its
+    /// owner's auth tag ([`Chat::auth_tag`]).
+    ///
+    /// # Errors
+    /// The runtime, the relay or its channel could not be set up.
+    pub fn start_with(membership: Membership<'_>) -> Result<Chat, ChatSetupError> {
+        let owner = Keys::generate();
+        let (config, auth_tag) = match membership {
+            Membership::Open => (RelayConfig::default(), None),
+            Membership::Members(people) => {
+                let mut members: Vec<_> = people.iter().map(Keys::public_key).collect();
+                members.push(owner.public_key());
+                // The shape of an owner's NIP-OA attestation; the signature is not a real one
+                // (neither the harness nor the test relay verifies it; the Buzz relay does).
+                let tag = format!(
+                    r#"["auth","{}","","{}"]"#,
+                    owner.public_key().to_hex(),
+                    "5a".repeat(64)
+                );
+                (RelayConfig::default().members_only(members), Some(tag))
+            }
+        };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -88,12 +117,13 @@ impl Chat {
                 source,
             })?;
         let relay = runtime
-            .block_on(TestRelay::start(RelayConfig::default()))
+            .block_on(TestRelay::start(config))
             .map_err(|e| ChatSetupError::Relay(e.to_string()))?;
         let chat = Chat {
             relay,
             agent: Keys::generate(),
-            owner: Keys::generate(),
+            owner,
+            auth_tag,
             posted: std::sync::Mutex::default(),
             runtime,
         };
@@ -307,9 +337,21 @@ impl Chat {
         // The host-wide lease of `one-harness-per-agent` goes in the scenario, not in the
         // user's data directory (`launch.env` may name a directory several scenarios share).
         cmd.env("BUZZ_ACP_LEASE_DIR", launch.scenario.root.join("leases"));
+        if let Some(tag) = &self.auth_tag {
+            cmd.env("BUZZ_AUTH_TAG", tag);
+        }
         cmd.envs(launch.env.iter().copied());
         cmd
     }
+}
+
+/// Who a [`Chat`]'s relay serves over REST.
+#[derive(Debug, Clone, Copy)]
+pub enum Membership<'a> {
+    /// Everyone.
+    Open,
+    /// These people and the owner; the agent through its owner's auth tag.
+    Members(&'a [Keys]),
 }
 
 /// What [`Chat::start_harness`] starts.
@@ -351,15 +393,32 @@ pub struct RelayWorld {
 impl RelayWorld {
     /// Starts a relay where the agent belongs to [`RELAY_CHANNEL`] and [`DM_CHANNEL`].
     pub fn new() -> RelayWorld {
+        Self::with_membership(false)
+    }
+
+    /// As [`RelayWorld::new`], on a members-only relay: the owner and the colleague are members,
+    /// and the harness reaches the relay's REST side only through the owner's auth tag.
+    pub fn members_only() -> RelayWorld {
+        Self::with_membership(true)
+    }
+
+    fn with_membership(members_only: bool) -> RelayWorld {
         let (dir, s) = scenario();
-        let chat = Chat::start().expect("the relay starts");
+        let user = Keys::generate();
+        let people = [user.clone()];
+        let membership = if members_only {
+            Membership::Members(&people)
+        } else {
+            Membership::Open
+        };
+        let chat = Chat::start_with(membership).expect("the relay starts");
         let members = [chat.agent.public_key(), chat.owner.public_key()];
         chat.runtime
             .block_on(chat.relay.add_channel(DM_CHANNEL, "owner", "dm", &members))
             .expect("the DM channel");
         RelayWorld {
             chat,
-            user: Keys::generate(),
+            user,
             s,
             _dir: dir,
         }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::Parser;
 use clap::builder::BoolishValueParser;
 
+use crate::auth_tag::AuthTag;
 use crate::scope::SessionPolicy;
 
 /// Per-turn silence limit when none is configured.
@@ -109,6 +110,12 @@ pub struct CliArgs {
     /// and replies). Read from the environment rather than the command line where possible.
     #[arg(long, env = "BUZZ_PRIVATE_KEY", hide = true)]
     pub private_key: Option<String>,
+
+    /// The owner's attestation of the agent's key (NIP-OA): the JSON of an `auth` tag, sent in
+    /// the `x-auth-tag` header of every REST request to the relay (a members-only relay admits
+    /// the agent through its owner). It must name the same owner as --owner-pubkey.
+    #[arg(long, env = "BUZZ_AUTH_TAG")]
+    pub auth_tag: Option<String>,
 
     /// The agent command line, e.g. "claude-agent-acp" or "node agent.js --flag".
     #[arg(long, env = "BUZZ_ACP_AGENT_COMMAND")]
@@ -323,6 +330,8 @@ pub struct Config {
     pub relay: RelayEndpoint,
     /// The agent's secret key (required by a Nostr relay).
     pub agent_keys: Option<AgentKeys>,
+    /// The owner's attestation of the agent's key, for the relay's REST routes.
+    pub auth_tag: Option<AuthTag>,
     /// Who may address the agent.
     pub respond_to: RespondTo,
     /// Agent command line.
@@ -507,6 +516,25 @@ impl Config {
             .as_deref()
             .map(|o| pubkey("--owner-pubkey (BUZZ_ACP_OWNER_PUBKEY)", o))
             .transpose()?;
+        let auth_tag = args
+            .auth_tag
+            .as_deref()
+            .map(|raw| {
+                AuthTag::parse(raw)
+                    .map_err(|e| invalid("--auth-tag (BUZZ_AUTH_TAG)", e.to_string()))
+            })
+            .transpose()?;
+        if let (Some(tag), Some(owner)) = (&auth_tag, &owner_pubkey)
+            && tag.owner().to_hex() != *owner
+        {
+            return Err(invalid(
+                "--auth-tag (BUZZ_AUTH_TAG)",
+                format!(
+                    "it attests owner {}, but --owner-pubkey (BUZZ_ACP_OWNER_PUBKEY) is {owner}",
+                    tag.owner().to_hex()
+                ),
+            ));
+        }
         if !(1..=32).contains(&args.agents) {
             return Err(invalid("--agents (BUZZ_ACP_AGENTS)", "must be 1 to 32"));
         }
@@ -578,6 +606,7 @@ impl Config {
         Ok(Config {
             relay,
             agent_keys,
+            auth_tag,
             respond_to,
             agent_command: args.agent_command,
             agent_pubkey,
@@ -630,6 +659,31 @@ mod tests {
     use super::*;
 
     const PK: &str = "a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1";
+
+    #[test]
+    fn an_auth_tag_must_be_well_formed_and_name_the_owner() {
+        const OWNER: &str = "79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
+        let tag = format!(r#"["auth","{OWNER}","","{}"]"#, "ab".repeat(64));
+        let config = parse(&["--owner-pubkey", OWNER, "--auth-tag", &tag]).unwrap();
+        assert_eq!(
+            config.auth_tag.map(|t| t.header_value().to_owned()),
+            Some(tag.clone())
+        );
+
+        let other = parse(&["--owner-pubkey", PK, "--auth-tag", &tag]).unwrap_err();
+        assert!(
+            other.to_string().contains("--auth-tag (BUZZ_AUTH_TAG)")
+                && other
+                    .to_string()
+                    .contains(&format!("attests owner {OWNER}")),
+            "{other}"
+        );
+        let mangled = parse(&["--auth-tag", "[\"auth\"]"]).unwrap_err();
+        assert!(
+            mangled.to_string().contains("expected 4 elements"),
+            "{mangled}"
+        );
+    }
 
     fn parse(extra: &[&str]) -> Result<Config, ConfigError> {
         let mut argv = vec![

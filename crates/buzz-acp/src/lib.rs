@@ -21,6 +21,7 @@
 //! in worker memory and die with the worker (idle pool sleep, restart, crash).
 
 pub mod acp;
+pub mod auth_tag;
 pub mod config;
 pub mod context;
 pub mod cursor;
@@ -166,7 +167,9 @@ fn now_unix() -> u64 {
 pub async fn tokio_main(config: Config) -> Result<RunStats, HarnessError> {
     match (&config.relay, &config.agent_keys) {
         (config::RelayEndpoint::Nostr { url }, Some(keys)) => {
-            let relay = nostr_relay::NostrRelay::connect(url, keys.0.clone()).await?;
+            let relay =
+                nostr_relay::NostrRelay::connect(url, keys.0.clone(), config.auth_tag.clone())
+                    .await?;
             Harness::with_relay(config, relay)?.run().await
         }
         _ => Harness::open(config)?.run().await,

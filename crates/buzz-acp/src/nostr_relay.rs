@@ -38,6 +38,7 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
+use crate::auth_tag::AuthTag;
 use crate::event_index::EventIndex;
 use crate::relay::{
     ChannelId, ChannelInfo, ChannelKind, Event, EventBuilder, Incoming, LogPosition, Poll, Relay,
@@ -255,13 +256,18 @@ impl Drop for NostrRelay {
 impl NostrRelay {
     /// Connects to the relay at `url` as `keys`: finds the agent's channels (`POST /query`),
     /// then opens the socket (one try, then retries after 1, 2, 4, 8 and 16 s) and returns once
-    /// it is authenticated and subscribed.
-    pub async fn connect(url: &str, keys: Keys) -> Result<Self, RelayError> {
+    /// it is authenticated and subscribed. Its REST requests carry `auth_tag` (the owner's
+    /// attestation of the agent's key) when given.
+    pub async fn connect(
+        url: &str,
+        keys: Keys,
+        auth_tag: Option<AuthTag>,
+    ) -> Result<Self, RelayError> {
         let relay_url = RelayUrl::parse(url).map_err(|e| RelayError::Network {
             what: format!("relay URL {url}"),
             reason: e.to_string(),
         })?;
-        let rest = RestClient::new(url, keys.clone());
+        let rest = RestClient::new(url, keys.clone()).with_auth_tag(auth_tag);
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let (ephemeral, ephemeral_queue) = mpsc::channel(EPHEMERAL_BUFFER);
         let mut socket = Socket {
@@ -281,9 +287,15 @@ impl NostrRelay {
         let stream = loop {
             match socket.open().await {
                 Ok(stream) => break stream,
-                // A refused AUTH is final: the key is not allowed there, and trying again
-                // would not change that.
-                Err(e) if attempt < 5 && !matches!(e, RelayError::AuthRefused { .. }) => {
+                // A refused AUTH, or REST refusing the agent's access, is final: the key is
+                // not allowed there, and trying again would not change that.
+                Err(e)
+                    if attempt < 5
+                        && !matches!(
+                            e,
+                            RelayError::AuthRefused { .. } | RelayError::AccessRefused { .. }
+                        ) =>
+                {
                     let delay = Duration::from_secs(1 << attempt);
                     tracing::warn!(error = %e, retry_in_s = delay.as_secs(), "cannot reach the relay; trying again");
                     tokio::time::sleep(delay).await;
@@ -658,9 +670,20 @@ impl Socket {
     /// The agent's channels (kind 39002 naming it) and what each is (kind 39000), with each
     /// new channel's recent history.
     async fn discover(&mut self) -> Result<(), RelayError> {
-        let rest_error = |e: crate::rest::RestError| RelayError::Network {
-            what: "finding the agent's channels".into(),
-            reason: e.to_string(),
+        let rest_error = |e: crate::rest::RestError| match e {
+            crate::rest::RestError::Status {
+                status: status @ (401 | 403),
+                message,
+                ..
+            } => RelayError::AccessRefused {
+                what: "finding the agent's channels".into(),
+                status,
+                message,
+            },
+            e => RelayError::Network {
+                what: "finding the agent's channels".into(),
+                reason: e.to_string(),
+            },
         };
         let members = self
             .rest

@@ -68,6 +68,17 @@ pub enum RelayError {
         /// The relay's `OK false` message.
         message: String,
     },
+    /// The relay's REST side refused the agent's request (401 or 403: its key or its owner's
+    /// attestation is not allowed there).
+    #[error("relay: {what}: refused ({status}): {message}")]
+    AccessRefused {
+        /// What the harness was doing.
+        what: String,
+        /// The HTTP status.
+        status: u16,
+        /// The relay's error message.
+        message: String,
+    },
     /// `channels.json` does not parse.
     #[error("relay channel file {path} is malformed: {message}")]
     BadChannels {

@@ -18,6 +18,8 @@ use nostr::hashes::Hash as _;
 use nostr::hashes::sha256::Hash as Sha256Hash;
 use nostr::{EventBuilder, JsonUtil as _, Keys, Kind, Tag};
 
+use crate::auth_tag::AuthTag;
+
 /// Delays before the second, third and fourth try of a request.
 pub const RETRY_DELAYS: [Duration; 3] = [
     Duration::from_millis(500),
@@ -81,6 +83,8 @@ pub struct Published {
 pub struct RestClient {
     base: String,
     keys: Keys,
+    /// Sent as `x-auth-tag` with every request, when configured.
+    auth_tag: Option<AuthTag>,
 }
 
 impl std::fmt::Debug for RestClient {
@@ -109,7 +113,16 @@ impl RestClient {
         RestClient {
             base: rest_base(relay_url),
             keys,
+            auth_tag: None,
         }
+    }
+
+    /// The same client, sending `tag` (the owner's attestation of the agent's key) in the
+    /// `x-auth-tag` header of every request.
+    #[must_use]
+    pub fn with_auth_tag(mut self, tag: Option<AuthTag>) -> Self {
+        self.auth_tag = tag;
+        self
     }
 
     /// Publishes one signed event (`POST /events`).
@@ -183,11 +196,15 @@ impl RestClient {
     async fn post_once(&self, path: &'static str, body: &[u8]) -> Result<Vec<u8>, RestError> {
         let url = format!("{}{path}", self.base);
         let auth = self.authorization(&url, body)?;
-        let request = Request::builder()
+        let mut request = Request::builder()
             .method(Method::POST)
             .uri(&url)
             .header("authorization", auth)
-            .header("content-type", "application/json")
+            .header("content-type", "application/json");
+        if let Some(tag) = &self.auth_tag {
+            request = request.header("x-auth-tag", tag.header_value());
+        }
+        let request = request
             .body(Full::new(Bytes::copy_from_slice(body)))
             .map_err(|e| RestError::Transport {
                 path,

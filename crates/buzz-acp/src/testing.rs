@@ -298,6 +298,7 @@ impl Scenario {
             if key.starts_with("BUZZ_ACP_")
                 || key.starts_with("BUZZ_RELAY")
                 || key == "BUZZ_PRIVATE_KEY"
+                || key == "BUZZ_AUTH_TAG"
             {
                 cmd.env_remove(key.as_ref());
             }

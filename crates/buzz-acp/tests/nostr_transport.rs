@@ -41,14 +41,24 @@ impl World {
     /// A relay where the agent is a member of `#general` (kind 39002 names it, kind 39000
     /// describes the channel).
     async fn start(faults: Faults) -> World {
-        let relay = TestRelay::start(RelayConfig::default().faults(faults))
+        Self::start_with(faults, Membership::Open).await
+    }
+
+    /// As [`World::start`], on a relay open to all or to its members only (the owner).
+    async fn start_with(faults: Faults, membership: Membership) -> World {
+        let owner = Keys::generate();
+        let config = match membership {
+            Membership::Open => RelayConfig::default(),
+            Membership::OwnerOnly => RelayConfig::default().members_only(vec![owner.public_key()]),
+        };
+        let relay = TestRelay::start(config.faults(faults))
             .await
             .expect("the relay starts");
         let (dir, s) = scenario();
         let world = World {
             relay,
             agent: Keys::generate(),
-            owner: Keys::generate(),
+            owner,
             _dir: dir,
             s,
         };
@@ -213,6 +223,14 @@ impl World {
     fn log(&self) -> String {
         std::fs::read_to_string(self.s.root.join("harness.log")).unwrap_or_default()
     }
+}
+
+/// Who a test's relay serves over REST.
+enum Membership {
+    /// Everyone.
+    Open,
+    /// The owner, and whoever carries an `x-auth-tag` (the agent, through its owner).
+    OwnerOnly,
 }
 
 struct Stop(std::process::Child);
@@ -489,7 +507,7 @@ async fn an_unreachable_relay_is_tried_six_times_then_reported() {
     let url = format!("ws://{}", closed.local_addr().unwrap());
     drop(closed);
     let started = tokio::time::Instant::now();
-    let err = buzz_acp::nostr_relay::NostrRelay::connect(&url, Keys::generate())
+    let err = buzz_acp::nostr_relay::NostrRelay::connect(&url, Keys::generate(), None)
         .await
         .expect_err("nothing listens there");
     assert!(err.to_string().contains("connecting to the relay"), "{err}");
@@ -880,4 +898,59 @@ async fn each_connection_says_the_agent_is_online() {
         .take(2)
         .collect();
     assert_eq!(connections, [1, 2], "said on each connection as it starts");
+}
+
+/// A members-only relay admits the agent through its owner: the owner's attestation of the
+/// agent's key (`--auth-tag`, a NIP-OA `auth` tag) travels in the `x-auth-tag` header of every
+/// REST request the harness makes (channel discovery, the thread's context, the reply), and the
+/// mention is answered. (The tag's signature is not a real one: neither the harness nor the
+/// test relay verifies it; the Buzz relay does.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_members_only_relay_every_rest_request_carries_the_owners_auth_tag() {
+    let w = World::start_with(Faults::default(), Membership::OwnerOnly).await;
+    let owner = w.owner.public_key().to_hex();
+    let tag = format!(r#"["auth", "{owner}", "", "{}"]"#, "5a".repeat(64));
+    let _h = w.harness(&["--auth-tag", &tag]).await;
+    let root = w.say(&w.owner, "remember alpha-7301", None).await;
+    let first = w.answer_to(&root).await;
+    let follow_up = w.say(&w.owner, "and now?", Some((&root, &root))).await;
+    let second = w.answer_to(&follow_up).await;
+    assert_eq!([turns(&first), turns(&second)], [1, 2]);
+
+    let calls: Vec<_> = w
+        .relay
+        .rest_calls()
+        .into_iter()
+        .filter(|c| c.signer == w.agent.public_key())
+        .collect();
+    let paths: Vec<_> = calls.iter().map(|c| c.path).collect();
+    assert!(
+        paths.contains(&"/query") && paths.iter().filter(|p| **p == "/events").count() == 2,
+        "discovery, context and two replies: {paths:?}"
+    );
+    let compact = format!(r#"["auth","{owner}","","{}"]"#, "5a".repeat(64));
+    for call in &calls {
+        assert_eq!(call.auth_tag.as_deref(), Some(compact.as_str()), "{call:?}");
+    }
+}
+
+/// The same relay, the harness without the tag: the relay refuses its first request (channel
+/// discovery) with 403 `relay_membership_required`, and the harness stops and says so instead
+/// of running without its channels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_auth_tag_a_members_only_relay_refuses_the_harness_and_it_says_why() {
+    let w = World::start_with(Faults::default(), Membership::OwnerOnly).await;
+    let mut child = w.spawn_harness(&[]);
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .expect("the harness's status");
+    assert!(!status.success(), "the harness must not run without access");
+    let log = w.log();
+    assert!(
+        log.contains("403") && log.contains("relay_membership_required"),
+        "{log}"
+    );
+    let refused = w.relay.rest_calls();
+    assert!(refused.iter().all(|c| c.auth_tag.is_none()), "{refused:?}");
 }
