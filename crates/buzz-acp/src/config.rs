@@ -313,13 +313,29 @@ pub enum RelayEndpoint {
     File(PathBuf),
 }
 
-/// The agent's signing keys; `Debug` shows the public key only.
+/// What the agent shows a relay: its signing keys, and its owner's attestation of them (a
+/// NIP-OA auth tag) when configured. `Debug` shows the public key only.
 #[derive(Clone)]
-pub struct AgentKeys(pub nostr::Keys);
+pub struct AgentKeys {
+    /// The agent's keys (AUTH, NIP-98, replies).
+    pub keys: nostr::Keys,
+    /// Sent with every REST request, for relays that admit the agent through its owner.
+    pub auth_tag: Option<AuthTag>,
+}
+
+impl AgentKeys {
+    /// `keys`, without an attestation.
+    pub fn new(keys: nostr::Keys) -> Self {
+        AgentKeys {
+            keys,
+            auth_tag: None,
+        }
+    }
+}
 
 impl std::fmt::Debug for AgentKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "AgentKeys({})", self.0.public_key().to_hex())
+        write!(f, "AgentKeys({})", self.keys.public_key().to_hex())
     }
 }
 
@@ -328,10 +344,8 @@ impl std::fmt::Debug for AgentKeys {
 pub struct Config {
     /// The relay.
     pub relay: RelayEndpoint,
-    /// The agent's secret key (required by a Nostr relay).
+    /// The agent's secret key (required by a Nostr relay) and its owner's attestation.
     pub agent_keys: Option<AgentKeys>,
-    /// The owner's attestation of the agent's key, for the relay's REST routes.
-    pub auth_tag: Option<AuthTag>,
     /// Who may address the agent.
     pub respond_to: RespondTo,
     /// Agent command line.
@@ -432,11 +446,11 @@ pub fn sanitize_session_title(raw: &str) -> Option<String> {
 impl Config {
     /// Validates parsed arguments.
     pub fn from_args(args: CliArgs) -> Result<Config, ConfigError> {
-        let agent_keys = args
+        let keys = args
             .private_key
             .as_deref()
             .map(|raw| {
-                nostr::Keys::parse(raw.trim()).map(AgentKeys).map_err(|_| {
+                nostr::Keys::parse(raw.trim()).map_err(|_| {
                     invalid(
                         "--private-key (BUZZ_PRIVATE_KEY)",
                         "expected 64 hex characters or an nsec key",
@@ -444,9 +458,9 @@ impl Config {
                 })
             })
             .transpose()?;
-        let agent_pubkey = match (&agent_keys, args.agent_pubkey.as_deref()) {
+        let agent_pubkey = match (&keys, args.agent_pubkey.as_deref()) {
             (Some(keys), given) => {
-                let derived = keys.0.public_key().to_hex();
+                let derived = keys.public_key().to_hex();
                 if given.is_some_and(|g| !g.eq_ignore_ascii_case(&derived)) {
                     return Err(invalid(
                         "--agent-pubkey (BUZZ_ACP_AGENT_PUBKEY)",
@@ -471,7 +485,7 @@ impl Config {
                         "expected a ws:// or wss:// URL",
                     ));
                 }
-                if agent_keys.is_none() {
+                if keys.is_none() {
                     return Err(invalid(
                         "--private-key (BUZZ_PRIVATE_KEY)",
                         "is required with --relay-url: it signs AUTH, requests and replies",
@@ -535,6 +549,16 @@ impl Config {
                 ),
             ));
         }
+        let agent_keys = match (keys, auth_tag) {
+            (Some(keys), auth_tag) => Some(AgentKeys { keys, auth_tag }),
+            (None, Some(_)) => {
+                return Err(invalid(
+                    "--auth-tag (BUZZ_AUTH_TAG)",
+                    "it attests the agent's key: give --private-key (BUZZ_PRIVATE_KEY) too",
+                ));
+            }
+            (None, None) => None,
+        };
         if !(1..=32).contains(&args.agents) {
             return Err(invalid("--agents (BUZZ_ACP_AGENTS)", "must be 1 to 32"));
         }
@@ -606,7 +630,6 @@ impl Config {
         Ok(Config {
             relay,
             agent_keys,
-            auth_tag,
             respond_to,
             agent_command: args.agent_command,
             agent_pubkey,
@@ -664,25 +687,38 @@ mod tests {
     fn an_auth_tag_must_be_well_formed_and_name_the_owner() {
         const OWNER: &str = "79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
         let tag = format!(r#"["auth","{OWNER}","","{}"]"#, "ab".repeat(64));
-        let config = parse(&["--owner-pubkey", OWNER, "--auth-tag", &tag]).unwrap();
+        let secret = "01".repeat(32);
+        let with = |owner: &str, tag: &str| {
+            parse_argv(&[
+                "--relay-url",
+                "ws://127.0.0.1:3000",
+                "--private-key",
+                &secret,
+                "--owner-pubkey",
+                owner,
+                "--auth-tag",
+                tag,
+            ])
+        };
+        let config = with(OWNER, &tag).unwrap();
         assert_eq!(
-            config.auth_tag.map(|t| t.header_value().to_owned()),
+            config
+                .agent_keys
+                .and_then(|k| k.auth_tag)
+                .map(|t| t.header_value().to_owned()),
             Some(tag.clone())
         );
 
-        let other = parse(&["--owner-pubkey", PK, "--auth-tag", &tag]).unwrap_err();
+        let other = with(PK, &tag).unwrap_err().to_string();
         assert!(
-            other.to_string().contains("--auth-tag (BUZZ_AUTH_TAG)")
-                && other
-                    .to_string()
-                    .contains(&format!("attests owner {OWNER}")),
+            other.contains("--auth-tag (BUZZ_AUTH_TAG)")
+                && other.contains(&format!("attests owner {OWNER}")),
             "{other}"
         );
-        let mangled = parse(&["--auth-tag", "[\"auth\"]"]).unwrap_err();
-        assert!(
-            mangled.to_string().contains("expected 4 elements"),
-            "{mangled}"
-        );
+        let mangled = with(OWNER, "[\"auth\"]").unwrap_err().to_string();
+        assert!(mangled.contains("expected 4 elements"), "{mangled}");
+        let keyless = parse(&["--auth-tag", &tag]).unwrap_err().to_string();
+        assert!(keyless.contains("give --private-key"), "{keyless}");
     }
 
     fn parse(extra: &[&str]) -> Result<Config, ConfigError> {

@@ -167,9 +167,7 @@ fn now_unix() -> u64 {
 pub async fn tokio_main(config: Config) -> Result<RunStats, HarnessError> {
     match (&config.relay, &config.agent_keys) {
         (config::RelayEndpoint::Nostr { url }, Some(keys)) => {
-            let relay =
-                nostr_relay::NostrRelay::connect(url, keys.0.clone(), config.auth_tag.clone())
-                    .await?;
+            let relay = nostr_relay::NostrRelay::connect(url, keys.clone()).await?;
             Harness::with_relay(config, relay)?.run().await
         }
         _ => Harness::open(config)?.run().await,

@@ -38,7 +38,7 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
-use crate::auth_tag::AuthTag;
+use crate::config::AgentKeys;
 use crate::event_index::EventIndex;
 use crate::relay::{
     ChannelId, ChannelInfo, ChannelKind, Event, EventBuilder, Incoming, LogPosition, Poll, Relay,
@@ -254,15 +254,12 @@ impl Drop for NostrRelay {
 }
 
 impl NostrRelay {
-    /// Connects to the relay at `url` as `keys`: finds the agent's channels (`POST /query`),
+    /// Connects to the relay at `url` as `agent`: finds the agent's channels (`POST /query`),
     /// then opens the socket (one try, then retries after 1, 2, 4, 8 and 16 s) and returns once
-    /// it is authenticated and subscribed. Its REST requests carry `auth_tag` (the owner's
-    /// attestation of the agent's key) when given.
-    pub async fn connect(
-        url: &str,
-        keys: Keys,
-        auth_tag: Option<AuthTag>,
-    ) -> Result<Self, RelayError> {
+    /// it is authenticated and subscribed. Its REST requests carry the owner's attestation of
+    /// the agent's key when `agent` has one.
+    pub async fn connect(url: &str, agent: AgentKeys) -> Result<Self, RelayError> {
+        let AgentKeys { keys, auth_tag } = agent;
         let relay_url = RelayUrl::parse(url).map_err(|e| RelayError::Network {
             what: format!("relay URL {url}"),
             reason: e.to_string(),

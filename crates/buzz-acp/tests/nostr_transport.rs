@@ -507,9 +507,12 @@ async fn an_unreachable_relay_is_tried_six_times_then_reported() {
     let url = format!("ws://{}", closed.local_addr().unwrap());
     drop(closed);
     let started = tokio::time::Instant::now();
-    let err = buzz_acp::nostr_relay::NostrRelay::connect(&url, Keys::generate(), None)
-        .await
-        .expect_err("nothing listens there");
+    let err = buzz_acp::nostr_relay::NostrRelay::connect(
+        &url,
+        buzz_acp::config::AgentKeys::new(Keys::generate()),
+    )
+    .await
+    .expect_err("nothing listens there");
     assert!(err.to_string().contains("connecting to the relay"), "{err}");
     assert!(
         started.elapsed() >= Duration::from_secs(1 + 2 + 4 + 8 + 16),
