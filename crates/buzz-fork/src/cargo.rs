@@ -265,6 +265,13 @@ pub struct Cargo {
 }
 
 impl Cargo {
+    /// The tree's root (its workspace manifest's directory): test panics name their files
+    /// relative to it.
+    #[must_use]
+    pub fn workspace_root(&self) -> &Path {
+        self.manifest.parent().unwrap_or(&self.manifest)
+    }
+
     /// Cargo for the tree at `tree`, building into `target_dir`.
     #[must_use]
     pub fn new(tree: &Path, target_dir: &Path) -> Self {
@@ -496,7 +503,8 @@ impl Cargo {
             TestRun::Passed
         } else {
             TestRun::Failed {
-                failure: crate::libtest::failure_of(&stdout, name),
+                failure: crate::libtest::failure_of(&stdout, name)
+                    .map(|f| f.placed_in(self.workspace_root())),
             }
         };
         let block = format!(

@@ -14,7 +14,10 @@
 //!
 //! (newer toolchains write the thread id after its name: `thread 'name'
 //! (1234) panicked at …`). A message that starts with `assertion` is a
-//! failed assertion; any other is a plain panic (`expect`, `panic!`). An insta snapshot mismatch panics inside insta
+//! failed assertion; any other is a plain panic (`expect`, `panic!`), unless
+//! the source at its location is an assertion macro: an `assert!` with a
+//! message of its own panics with that message alone ([`Failure::placed_in`]
+//! reads the source to tell). An insta snapshot mismatch panics inside insta
 //! with `snapshot assertion for 'name' failed in line N`, after a summary
 //! that names the assertion's `Source: FILE:LINE`; the failure is then
 //! placed there.
@@ -48,6 +51,43 @@ pub struct Failure {
     pub message: String,
     /// Assertion or snapshot mismatch.
     pub kind: FailureKind,
+}
+
+/// The assertion macros a test's own code uses.
+const ASSERTION_MACROS: &[&str] = &["assert!", "assert_eq!", "assert_ne!", "debug_assert"];
+
+impl Failure {
+    /// This failure, read against the test's source under `root` (the tree whose tests ran;
+    /// locations are relative to it): a plain panic whose location is an assertion macro is an
+    /// assertion. `assert!(cond, "why")` panics with "why" alone, which the message cannot tell
+    /// from a `panic!("why")`. A source that cannot be read leaves the failure as it was.
+    #[must_use]
+    pub fn placed_in(mut self, root: &std::path::Path) -> Failure {
+        if self.kind == FailureKind::Panic && is_assertion_at(root, &self.location) {
+            self.kind = FailureKind::Assertion;
+        }
+        self
+    }
+}
+
+/// Whether the source at `location` (`FILE:LINE:COL`, 1-based) under `root` starts an
+/// assertion macro.
+fn is_assertion_at(root: &std::path::Path, location: &str) -> bool {
+    let mut parts = location.rsplitn(3, ':');
+    let (Some(column), Some(line), Some(file)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let (Ok(column), Ok(line)) = (column.parse::<usize>(), line.parse::<usize>()) else {
+        return false;
+    };
+    let Ok(source) = std::fs::read_to_string(root.join(file)) else {
+        return false;
+    };
+    let Some(text) = source.lines().nth(line.saturating_sub(1)) else {
+        return false;
+    };
+    let at: String = text.chars().skip(column.saturating_sub(1)).collect();
+    ASSERTION_MACROS.iter().any(|m| at.starts_with(m))
 }
 
 /// Parses `thread 'NAME' panicked at LOCATION:` (or `thread 'NAME' (ID)
@@ -168,6 +208,29 @@ failures:
 
 test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 11 filtered out; finished in 0.31s
 ";
+
+    #[test]
+    fn a_panic_at_an_assertion_macro_with_its_own_message_is_an_assertion() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("tests")).unwrap();
+        std::fs::write(
+            root.path().join("tests/g.rs"),
+            "fn g() {\n    assert!(\n        answered,\n        \"the mention is answered\"\n    );\n    let a = x.expect(\"no answer\");\n}\n",
+        )
+        .unwrap();
+        let panic = |location: &str| Failure {
+            thread: "g".into(),
+            location: location.into(),
+            message: "the mention is answered".into(),
+            kind: FailureKind::Panic,
+        };
+        let at_assert = panic("tests/g.rs:2:5").placed_in(root.path());
+        assert_eq!(at_assert.kind, FailureKind::Assertion);
+        let at_expect = panic("tests/g.rs:6:15").placed_in(root.path());
+        assert_eq!(at_expect.kind, FailureKind::Panic);
+        let unreadable = panic("tests/missing.rs:2:5").placed_in(root.path());
+        assert_eq!(unreadable.kind, FailureKind::Panic);
+    }
 
     #[test]
     fn an_assertion_names_its_file_line_and_whole_message() {

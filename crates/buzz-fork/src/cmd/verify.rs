@@ -184,7 +184,8 @@ fn run_by_name(cargo: &Cargo, selection: &[String], name: &str) -> Result<TestRu
     Ok(match (ran, passed) {
         (true, true) => TestRun::Passed,
         (true, false) => TestRun::Failed {
-            failure: crate::libtest::failure_of(&output, name),
+            failure: crate::libtest::failure_of(&output, name)
+                .map(|f| f.placed_in(cargo.workspace_root())),
         },
         (false, true) => TestRun::NotFound,
         (false, false) => TestRun::CompileFailed,
