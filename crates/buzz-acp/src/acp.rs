@@ -575,13 +575,24 @@ impl Handshake {
         }
     }
 
-    /// Keeps the connection until the client shuts it down or the agent closes it.
-    async fn serve(&self, closed: impl Future<Output = ()>) {
+    /// Hands `answer` (the ready connection, or why `initialize` failed) over to [`connect`];
+    /// then keeps the connection until the client shuts it down or the agent closes it.
+    async fn hold(
+        &self,
+        answer: Result<Ready, agent_client_protocol::Error>,
+        closed: impl Future<Output = ()>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let failed = answer.as_ref().err().cloned();
+        self.hand_over(answer);
+        if let Some(e) = failed {
+            return Err(e);
+        }
         let mut shutdown = self.shutdown.clone();
         tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => {}
             () = closed => {}
         }
+        Ok(())
     }
 }
 
@@ -624,19 +635,12 @@ impl ConnectTo<Agent> for V1Client {
                 agent_client_protocol::on_receive_request!(),
             )
             .connect_with(agent, async move |cx: ConnectionTo<Agent>| {
-                let info = match cx.send_request(v1_initialize()).block_task().await {
-                    Ok(init) => info_of_v1(&init),
-                    Err(e) => {
-                        handshake.hand_over(Err(e.clone()));
-                        return Err(e);
-                    }
-                };
-                handshake.hand_over(Ok(Ready {
+                let answer = cx.send_request(v1_initialize()).block_task().await;
+                let answer = answer.map(|init| Ready {
                     cx: Connection::V1(cx.clone()),
-                    info,
-                }));
-                handshake.serve(cx.incoming_closed()).await;
-                Ok(())
+                    info: info_of_v1(&init),
+                });
+                handshake.hold(answer, cx.incoming_closed()).await
             })
             .await
     }
@@ -683,22 +687,17 @@ impl ConnectTo<Agent> for V2Client {
                 agent_client_protocol::on_receive_request!(),
             )
             .connect_with(agent, async move |cx: V2ConnectionTo<Agent>| {
-                let info = match cx.send_initialize(v2_initialize()).block_task().await {
-                    Ok(InitializeOutcome::Initialized(init)) => info_of_v2(&init),
+                let answer = match cx.send_initialize(v2_initialize()).block_task().await {
+                    Ok(InitializeOutcome::Initialized(init)) => Ok(Ready {
+                        cx: Connection::V2(cx.clone()),
+                        info: info_of_v2(&init),
+                    }),
                     // The agent chose v1: the connector hands the connection
                     // to the v1 implementation, and this one is dropped.
                     Ok(_) => return Ok(()),
-                    Err(e) => {
-                        handshake.hand_over(Err(e.clone()));
-                        return Err(e);
-                    }
+                    Err(e) => Err(e),
                 };
-                handshake.hand_over(Ok(Ready {
-                    cx: Connection::V2(cx.clone()),
-                    info,
-                }));
-                handshake.serve(cx.incoming_closed()).await;
-                Ok(())
+                handshake.hold(answer, cx.incoming_closed()).await
             })
             .await
     }
